@@ -1,0 +1,79 @@
+"""The catalog of the 8 R2MED datasets (package data ``r2med/data/datasets.json``).
+
+>>> get_spec("stack-biology").name
+'Biology'
+>>> [s.name for s in resolve_names(["pmc-treat", "IIYiPatients-EN"])]
+['PMC-Treatment', 'IIYi-Clinical']
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+
+from r2med.registry import Registry
+
+#: Files of one dataset, at the root of its hub repo and of the official local layout.
+DATASET_FILES = ("corpus.jsonl", "query.jsonl", "qrels.jsonl")
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """One R2MED dataset as published: hub repo, pinned revision, task and the paper's sizes."""
+
+    name: str
+    repo: str
+    revision: str
+    task: str
+    queries: int
+    documents: int
+    avg_positives: float
+    query_len: float
+    doc_len: float
+    aliases: tuple[str, ...] = ()
+
+
+@lru_cache(maxsize=1)
+def _load() -> tuple[Registry[DatasetSpec], dict[str, list[str]], str]:
+    raw = json.loads(resources.files("r2med").joinpath("data/datasets.json").read_text(encoding="utf-8"))
+    specs: dict[str, DatasetSpec] = {}
+    aliases: dict[str, str] = {}
+    for entry in raw["tasks"]:
+        spec = DatasetSpec(**{**entry, "aliases": tuple(entry.get("aliases", ()))})
+        specs[spec.name] = spec
+        for alias in spec.aliases:
+            aliases[alias] = spec.name
+    return Registry("dataset", specs, aliases), raw.get("expansions", {}), raw.get("license", "")
+
+
+def catalog() -> Registry[DatasetSpec]:
+    """The registry of the 8 datasets, in the paper's order."""
+    return _load()[0]
+
+
+def dataset_names() -> list[str]:
+    """The 8 public names in the paper's order."""
+    return catalog().names()
+
+
+def get_spec(name: str) -> DatasetSpec:
+    """The spec of ``name`` (public name or old alias, any case); UsageError with a suggestion if unknown."""
+    return catalog().get(name)
+
+
+def resolve_names(names: list[str] | tuple[str, ...] | None) -> list[DatasetSpec]:
+    """Specs for ``names``; ``None``, ``[]`` or ``["all"]`` mean all 8. Duplicates are dropped."""
+    if not names or [n.strip().lower() for n in names] == ["all"]:
+        return [catalog().get(n) for n in dataset_names()]
+    seen: dict[str, DatasetSpec] = {}
+    for name in names:
+        spec = get_spec(name)
+        seen.setdefault(spec.name, spec)
+    return list(seen.values())
+
+
+def published_expansions() -> dict[str, list[str]]:
+    """Method -> LLM names of the expansions the Biology dataset card declares."""
+    return {k: list(v) for k, v in _load()[1].items()}

@@ -1,0 +1,218 @@
+"""Load a dataset from a local directory, in R2MED's layout or BEIR's, with validation.
+
+R2MED layout: ``corpus.jsonl`` ``{"id","text"}``, ``query.jsonl`` ``{"id","text",...}``,
+``qrels.jsonl`` ``{"q_id","p_id","score"}``.
+BEIR layout: ``corpus.jsonl`` ``{"_id","title","text"}``, ``queries.jsonl``, ``qrels/test.tsv``
+(text = title + " " + text when there is a title). A TREC qrels file (``qrels.txt``/``qrels.trec``)
+may stand in for ``qrels.jsonl``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from r2med.datasets.model import Dataset
+from r2med.datasets.problems import Problems
+from r2med.datasets.readers import HashingLines, coerce_id, iter_jsonl, iter_qrels_lines
+from r2med.errors import InvalidInputError, MissingResourceError
+from r2med.types import Qrels
+
+logger = logging.getLogger(__name__)
+
+_QUERY_FILES = ("query.jsonl", "queries.jsonl")
+_QRELS_FILES = ("qrels.jsonl", "qrels/test.tsv", "qrels.tsv", "qrels.txt", "qrels.trec", "qrels/dev.tsv")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where the three files of one dataset directory are."""
+
+    corpus: Path
+    queries: Path
+    qrels: Path
+    kind: str
+
+
+def is_dataset_dir(path: Path) -> bool:
+    """True when ``path`` holds a corpus file (the mark of one dataset, not a directory of them)."""
+    return (Path(path) / "corpus.jsonl").is_file()
+
+
+def find_layout(path: Path) -> Layout:
+    """Locate the corpus, query and qrels files of one dataset directory; exit-4 error naming what is missing."""
+    path = Path(path)
+    if not path.is_dir():
+        raise MissingResourceError(f"{path}: no such directory")
+    corpus = path / "corpus.jsonl"
+    queries = next((path / n for n in _QUERY_FILES if (path / n).is_file()), None)
+    qrels = next((path / n for n in _QRELS_FILES if (path / n).is_file()), None)
+    missing = []
+    if not corpus.is_file():
+        missing.append("corpus.jsonl")
+    if queries is None:
+        missing.append("query.jsonl (or BEIR's queries.jsonl)")
+    if qrels is None:
+        missing.append("qrels.jsonl (or BEIR's qrels/test.tsv, or a TREC qrels.txt)")
+    if queries is None or qrels is None or missing:
+        raise MissingResourceError(
+            f"{path}: not a dataset directory, missing {', '.join(missing)}. Expected R2MED's layout "
+            "(corpus.jsonl, query.jsonl, qrels.jsonl) or BEIR's (corpus.jsonl, queries.jsonl, qrels/test.tsv)"
+        )
+    kind = "beir" if queries.name == "queries.jsonl" else "r2med"
+    return Layout(corpus, queries, qrels, kind)
+
+
+def _text(row: dict, *, path: str, line: int, problems: Problems, what: str) -> str | None:
+    text = row.get("text")
+    if text is None:
+        problems.error(path, line, f"missing field 'text'; every {what} needs one")
+        return None
+    if not isinstance(text, str):
+        problems.error(path, line, f"field 'text' must be a string, got {type(text).__name__}")
+        return None
+    title = row.get("title")
+    if isinstance(title, str) and title.strip():
+        text = f"{title} {text}"
+    if not text.strip():
+        problems.count("empty-text", path, line, f"{what}s with empty text (kept)")
+    return text
+
+
+def _row_id(row: dict, *, path: str, line: int, problems: Problems) -> str | None:
+    key = "id" if "id" in row else "_id" if "_id" in row else None
+    if key is None:
+        problems.error(path, line, "missing field 'id' (or BEIR's '_id')")
+        return None
+    return coerce_id(row[key], field=key, path=path, line=line, problems=problems)
+
+
+def read_corpus(lines: HashingLines) -> tuple[list[str], list[str]]:
+    """Document ids and texts in file order; duplicates are kept and counted."""
+    ids: list[str] = []
+    texts: list[str] = []
+    first_line: dict[str, int] = {}
+    name, problems = str(lines.path), lines.problems
+    for number, row in iter_jsonl(lines):
+        did = _row_id(row, path=name, line=number, problems=problems)
+        text = _text(row, path=name, line=number, problems=problems, what="document")
+        if did is None or text is None:
+            continue
+        if did in first_line:
+            problems.count(
+                "duplicate-doc", name, number,
+                "rows repeat an earlier document id (all rows are indexed, as the official code does; "
+                "a repeated id keeps the score of its last row)",
+            )
+        else:
+            first_line[did] = number
+        ids.append(did)
+        texts.append(text)
+    return ids, texts
+
+
+def read_queries(lines: HashingLines) -> tuple[dict[str, str], dict[str, dict]]:
+    """Query texts and their extra fields (``doc_id``, ``answer``, ...); a repeated id keeps its last row."""
+    queries: dict[str, str] = {}
+    extra: dict[str, dict] = {}
+    name, problems = str(lines.path), lines.problems
+    for number, row in iter_jsonl(lines):
+        qid = _row_id(row, path=name, line=number, problems=problems)
+        text = _text(row, path=name, line=number, problems=problems, what="query")
+        if qid is None or text is None:
+            continue
+        if qid in queries:
+            problems.count("duplicate-query", name, number, "rows repeat an earlier query id (the last row is used)")
+        queries[qid] = text
+        fields = {k: v for k, v in row.items() if k not in ("id", "_id", "text", "title")}
+        if fields:
+            extra[qid] = fields
+    return queries, extra
+
+
+def read_qrels(lines: HashingLines) -> Qrels:
+    """Judgements ``{qid: {docid: grade}}``; a repeated pair keeps its last grade (counted)."""
+    qrels = Qrels()
+    name, problems = str(lines.path), lines.problems
+    for number, qid, did, rel in iter_qrels_lines(lines):
+        judged = qrels.setdefault(qid, {})
+        if did in judged:
+            problems.count("duplicate-qrel", name, number, "judgements repeat a (query, document) pair (the last grade is used)")
+        judged[did] = rel
+    return qrels
+
+
+def cross_check(doc_ids: list[str], queries: dict[str, str], qrels: Qrels, problems: Problems, *, qrels_name: str) -> None:
+    """Findings that need all three files: dangling judgements, unjudged queries, id collisions."""
+    known_docs = set(doc_ids)
+    unknown_q = [qid for qid in qrels if qid not in queries]
+    unknown_d = sum(1 for judged in qrels.values() for did in judged if did not in known_docs)
+    if unknown_q:
+        problems.note(f"{qrels_name}: {len(unknown_q)} judged query ids are not in the queries (e.g. {unknown_q[0]!r}); they are not scored")
+    if unknown_d:
+        problems.note(f"{qrels_name}: {unknown_d} judgements point at document ids not in the corpus; they still count as relevant")
+    unjudged = [qid for qid in queries if qid not in qrels]
+    if unjudged:
+        problems.note(f"{len(unjudged)} queries have no judgements (e.g. {unjudged[0]!r}); they are excluded from scoring")
+    no_positive = [qid for qid in queries if qid in qrels and not any(r > 0 for r in qrels[qid].values())]
+    if no_positive:
+        problems.note(f"{len(no_positive)} queries have judgements but none positive (e.g. {no_positive[0]!r}); they score 0")
+    collide = sum(1 for qid in queries if qid in known_docs)
+    if collide:
+        problems.note(
+            f"{collide} query ids are also document ids; with --ignore-identical-ids (BEIR's rule, used by the "
+            "official dense numbers) those documents are dropped from the query's ranking"
+        )
+
+
+def scan_dir(path: Path, name: str | None = None) -> tuple[Dataset | None, Problems]:
+    """Read and check every file of one dataset directory; never raises on bad content.
+
+    Returns the dataset (``None`` when any error was found) and every problem found.
+    """
+    path = Path(path)
+    layout = find_layout(path)
+    problems = Problems()
+    corpus_lines = HashingLines(layout.corpus, problems)
+    query_lines = HashingLines(layout.queries, problems)
+    qrels_lines = HashingLines(layout.qrels, problems)
+    doc_ids, doc_texts = read_corpus(corpus_lines)
+    queries, extra = read_queries(query_lines)
+    qrels = read_qrels(qrels_lines)
+    if not doc_ids and not problems.errors:
+        problems.error(str(layout.corpus), None, "no documents")
+    if not queries and not problems.errors:
+        problems.error(str(layout.queries), None, "no queries")
+    if not qrels and not problems.errors:
+        problems.error(str(layout.qrels), None, "no judgements")
+    cross_check(doc_ids, queries, qrels, problems, qrels_name=str(layout.qrels))
+    if problems.errors:
+        return None, problems
+    dataset = Dataset(
+        name=name or path.name,
+        doc_ids=doc_ids,
+        doc_texts=doc_texts,
+        queries=queries,
+        qrels=qrels,
+        query_fields=extra,
+        source=str(path),
+        layout=layout.kind,
+        sha256={
+            layout.corpus.relative_to(path).as_posix(): corpus_lines.sha256,
+            layout.queries.relative_to(path).as_posix(): query_lines.sha256,
+            layout.qrels.relative_to(path).as_posix(): qrels_lines.sha256,
+        },
+        warnings=tuple(problems.warnings),
+    )
+    return dataset, problems
+
+
+def load_dir(path: Path, name: str | None = None) -> Dataset:
+    """Load one dataset directory; InvalidInputError (exit 5) listing every problem if any is fatal."""
+    dataset, problems = scan_dir(path, name)
+    if dataset is None:
+        raise InvalidInputError(f"{path}: the dataset cannot be used ({len(problems.errors)} problems)", problems.errors)
+    for warning in dataset.warnings:
+        logger.warning("%s: %s", dataset.name, warning)
+    return dataset

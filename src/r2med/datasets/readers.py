@@ -1,0 +1,162 @@
+"""Streaming readers for the file formats users bring: JSONL rows, BEIR qrels TSV, TREC qrels.
+
+Every reader reports problems through a ``Problems`` collector with the file name and line, keeps
+reading after a bad line (so one pass finds every problem), and hashes the bytes it reads (sha256).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from r2med.datasets.problems import Problems
+from r2med.errors import MissingResourceError
+
+
+def coerce_id(value: Any, *, field: str, path: str, line: int, problems: Problems) -> str | None:
+    """An id as a string: strings pass, integers are converted and counted, anything else is an error.
+
+    >>> p = Problems()
+    >>> coerce_id(12, field="id", path="c.jsonl", line=1, problems=p), p.warnings
+    ('12', ['c.jsonl: 1 non-string ids converted to strings (first at line 1)'])
+    >>> coerce_id(1.5, field="id", path="c.jsonl", line=2, problems=p), p.errors
+    (None, ["c.jsonl:2: field 'id' must be a string or an integer, got float 1.5"])
+    """
+    if isinstance(value, str):
+        if not value.strip():
+            problems.error(path, line, f"field '{field}' is an empty string; every row needs an id")
+            return None
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        problems.count("non-string-id", path, line, "non-string ids converted to strings")
+        return str(value)
+    problems.error(
+        path, line, f"field '{field}' must be a string or an integer, got {type(value).__name__} {value!r}"
+    )
+    return None
+
+
+def coerce_relevance(value: Any, *, path: str, line: int, problems: Problems) -> int | None:
+    """A relevance grade as an int (the official loader does ``int(score)``).
+
+    >>> p = Problems()
+    >>> coerce_relevance("2", path="q", line=1, problems=p), coerce_relevance(1.0, path="q", line=2, problems=p)
+    (2, 1)
+    >>> coerce_relevance(0.5, path="q", line=3, problems=p), p.errors
+    (None, ['q:3: relevance must be an integer, got 0.5'])
+    """
+    if isinstance(value, bool):
+        value = int(value)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            pass
+    problems.error(path, line, f"relevance must be an integer, got {value!r}")
+    return None
+
+
+class HashingLines:
+    """Iterate ``(line_number, text)`` over a UTF-8 file while computing its sha256."""
+
+    def __init__(self, path: Path, problems: Problems) -> None:
+        self.path = path
+        self.problems = problems
+        self.sha256 = ""
+
+    def __iter__(self) -> Iterator[tuple[int, str]]:
+        if not self.path.is_file():
+            raise MissingResourceError(f"{self.path}: file not found")
+        digest = hashlib.sha256()
+        with self.path.open("rb") as handle:
+            for number, raw in enumerate(handle, start=1):
+                digest.update(raw)
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    self.problems.error(
+                        str(self.path), number, f"not valid UTF-8 ({exc.reason} at byte {exc.start}); re-save the file as UTF-8"
+                    )
+                    continue
+                if number == 1 and text.startswith("\ufeff"):
+                    text = text[1:]
+                yield number, text
+        self.sha256 = digest.hexdigest()
+
+
+def iter_jsonl(lines: HashingLines) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(line, object)`` for each JSON object line; bad lines become problems, blank lines are counted.
+
+    ``lines.sha256`` holds the file's hash once the iteration is complete.
+    """
+    problems = lines.problems
+    name = str(lines.path)
+    for number, text in lines:
+        if not text.strip():
+            problems.count("blank", name, number, "blank lines skipped")
+            continue
+        try:
+            row = json.loads(text)
+        except json.JSONDecodeError as exc:
+            snippet = text.strip()
+            snippet = snippet if len(snippet) <= 60 else snippet[:57] + "..."
+            problems.error(name, number, f"malformed JSON ({exc.msg} at column {exc.colno}): {snippet!r}; fix or remove the line")
+            continue
+        if not isinstance(row, dict):
+            problems.error(name, number, f"expected a JSON object, got {type(row).__name__}")
+            continue
+        yield number, row
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 of a file's bytes, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def iter_qrels_lines(lines: HashingLines) -> Iterator[tuple[int, str, str, int]]:
+    """Yield ``(line, qid, docid, relevance)`` from a qrels file in any supported format.
+
+    Formats, detected from the name and the first line: JSONL ``{"q_id","p_id","score"}`` (R2MED),
+    BEIR TSV ``query-id<TAB>corpus-id<TAB>score`` (header optional), TREC ``qid iter docid rel``.
+    """
+    path, problems = lines.path, lines.problems
+    name = str(path)
+    if path.suffix in (".jsonl", ".json"):
+        for number, row in iter_jsonl(lines):
+            missing = [key for key in ("q_id", "p_id", "score") if key not in row]
+            if missing:
+                problems.error(name, number, f"missing field(s) {', '.join(map(repr, missing))}; qrels rows need q_id, p_id, score")
+                continue
+            qid = coerce_id(row["q_id"], field="q_id", path=name, line=number, problems=problems)
+            did = coerce_id(row["p_id"], field="p_id", path=name, line=number, problems=problems)
+            rel = coerce_relevance(row["score"], path=name, line=number, problems=problems)
+            if qid is not None and did is not None and rel is not None:
+                yield number, qid, did, rel
+        return
+    for number, text in lines:
+        fields = text.split()
+        if not fields:
+            continue
+        if number == 1 and fields[0].lower() in {"query-id", "query_id", "qid", "q_id"}:
+            continue  # BEIR header
+        if len(fields) == 4:
+            qid, _, did, grade = fields
+        elif len(fields) == 3:
+            qid, did, grade = fields
+        else:
+            problems.error(name, number, f"expected 'qid 0 docid relevance' (TREC) or 'qid docid relevance' (BEIR TSV), got {len(fields)} fields")
+            continue
+        rel = coerce_relevance(grade, path=name, line=number, problems=problems)
+        if rel is not None:
+            yield number, qid, did, rel

@@ -1,0 +1,65 @@
+"""The r2med error tree: every user-facing failure is one of these.
+
+Each class carries the process exit code the CLI uses (DESIGN.md #9):
+0 ok, 2 usage, 3 missing extra, 4 missing resource, 5 invalid input, 6 provider/runtime failure.
+"""
+
+from __future__ import annotations
+
+
+class R2MedError(Exception):
+    """Base class of every error r2med raises on purpose."""
+
+    exit_code = 1
+
+
+class UsageError(R2MedError):
+    """A wrong name, option or combination of options (exit 2)."""
+
+    exit_code = 2
+
+
+class MissingExtraError(R2MedError):
+    """An optional dependency is not installed (exit 3)."""
+
+    exit_code = 3
+
+    def __init__(self, module: str, extra: str, purpose: str = "") -> None:
+        what = f" for {purpose}" if purpose else ""
+        super().__init__(
+            f"the Python package '{module}' is needed{what} but is not installed; "
+            f'install it with: pip install "r2med[{extra}]"'
+        )
+        self.module = module
+        self.extra = extra
+
+
+class MissingResourceError(R2MedError):
+    """Data, a model or a server that is not there (exit 4)."""
+
+    exit_code = 4
+
+
+class InvalidInputError(R2MedError):
+    """Input that cannot be used as it is (exit 5).
+
+    ``problems`` holds every problem found, each already naming its file and line.
+    """
+
+    exit_code = 5
+
+    def __init__(self, message: str, problems: list[str] | None = None) -> None:
+        self.problems = list(problems or [])
+        if self.problems:
+            shown = "\n".join(f"  - {p}" for p in self.problems[:50])
+            more = len(self.problems) - 50
+            if more > 0:
+                shown += f"\n  ... and {more} more"
+            message = f"{message}\n{shown}"
+        super().__init__(message)
+
+
+class ProviderError(R2MedError):
+    """A provider (hub, API, model runtime) failed while working (exit 6)."""
+
+    exit_code = 6

@@ -1,0 +1,1 @@
+"""Reporting: tables for the terminal and files."""

@@ -1,0 +1,47 @@
+"""Settings: the ONLY module that reads ``os.environ``.
+
+Everything else asks here, so the names of environment variables live in one place.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+#: Root of every cache r2med writes (datasets, indexes, embeddings, LLM responses).
+ENV_HOME = "R2MED_HOME"
+#: Hugging Face's own switch for offline mode; r2med honours it before calling the hub.
+ENV_HF_OFFLINE = "HF_HUB_OFFLINE"
+#: Hugging Face token for gated or private repos (never logged or written).
+ENV_HF_TOKEN = "HF_TOKEN"
+
+_TRUE = {"1", "true", "yes", "on"}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """A frozen snapshot of what the environment asks for."""
+
+    home: Path
+    hf_offline: bool
+    hf_token: str | None
+
+    @property
+    def datasets_dir(self) -> Path:
+        return self.home / "datasets"
+
+    @property
+    def index_dir(self) -> Path:
+        return self.home / "indexes"
+
+
+def get_settings(environ: dict[str, str] | None = None) -> Settings:
+    """Read the settings from ``environ`` (default: the process environment)."""
+    env = os.environ if environ is None else environ
+    home = env.get(ENV_HOME) or str(Path.home() / ".cache" / "r2med")
+    return Settings(
+        home=Path(home).expanduser(),
+        hf_offline=env.get(ENV_HF_OFFLINE, "").strip().lower() in _TRUE,
+        hf_token=env.get(ENV_HF_TOKEN) or None,
+    )

@@ -1,0 +1,1 @@
+"""The store: result files in the official layout, runs, caches; every write atomic."""

@@ -1,0 +1,130 @@
+"""Run files: TREC (``qid Q0 docid rank score tag``) and the official top-k JSONL
+(``{"id": qid, "topk_pid": [[docid, score], ...]}``), read with file:line validation, written atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import IO
+
+from r2med.datasets.problems import Problems
+from r2med.datasets.readers import HashingLines, coerce_id, iter_jsonl
+from r2med.errors import InvalidInputError, UsageError
+from r2med.store.atomic import write_atomic
+from r2med.types import Run
+
+
+def _score(value: object, *, path: str, line: int, problems: Problems) -> float | None:
+    try:
+        score = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        problems.error(path, line, f"score {value!r} is not a number")
+        return None
+    if math.isnan(score):
+        problems.error(path, line, "score is NaN")
+        return None
+    return score
+
+
+def _add(run: Run, qid: str, did: str, score: float, *, path: str, line: int, problems: Problems) -> None:
+    docs = run.setdefault(qid, {})
+    if did in docs:
+        problems.error(path, line, f"document {did!r} appears twice for query {qid!r}; a run ranks each document once")
+        return
+    docs[did] = score
+
+
+def _read_trec(lines: HashingLines, run: Run) -> None:
+    name, problems = str(lines.path), lines.problems
+    for number, text in lines:
+        fields = text.split()
+        if not fields:
+            continue
+        if len(fields) != 6:
+            problems.error(name, number, f"expected 6 fields 'qid Q0 docid rank score tag', got {len(fields)}")
+            continue
+        qid, _, did, _, raw_score, tag = fields
+        score = _score(raw_score, path=name, line=number, problems=problems)
+        if score is not None:
+            run.name = tag
+            _add(run, qid, did, score, path=name, line=number, problems=problems)
+
+
+def _read_topk(lines: HashingLines, run: Run) -> None:
+    name, problems = str(lines.path), lines.problems
+    for number, row in iter_jsonl(lines):
+        if "id" not in row or "topk_pid" not in row:
+            problems.error(name, number, "expected {\"id\": ..., \"topk_pid\": [[docid, score], ...]}")
+            continue
+        qid = coerce_id(row["id"], field="id", path=name, line=number, problems=problems)
+        pairs = row["topk_pid"]
+        if qid is None or not isinstance(pairs, list):
+            if qid is not None:
+                problems.error(name, number, "'topk_pid' must be a list of [docid, score] pairs")
+            continue
+        run.setdefault(qid, {})
+        for pair in pairs:
+            if not (isinstance(pair, list) and len(pair) == 2):
+                problems.error(name, number, f"'topk_pid' entry {pair!r} is not a [docid, score] pair")
+                continue
+            did = coerce_id(pair[0], field="topk_pid docid", path=name, line=number, problems=problems)
+            score = _score(pair[1], path=name, line=number, problems=problems)
+            if did is not None and score is not None:
+                _add(run, qid, did, score, path=name, line=number, problems=problems)
+
+
+def sniff_is_jsonl(path: Path) -> bool:
+    """True when the first non-blank line of ``path`` starts a JSON object."""
+    with Path(path).open("rb") as handle:
+        for raw in handle:
+            stripped = raw.strip().lstrip(b"\xef\xbb\xbf")
+            if stripped:
+                return stripped.startswith(b"{")
+    return Path(path).suffix == ".jsonl"
+
+
+def read_run(path: Path) -> Run:
+    """Read a TREC run or a top-k JSONL (detected from the content); InvalidInputError lists every bad line."""
+    path = Path(path)
+    problems = Problems()
+    run = Run(name=path.stem)
+    lines = HashingLines(path, problems)
+    (_read_topk if sniff_is_jsonl(path) else _read_trec)(lines, run)
+    if problems.errors:
+        raise InvalidInputError(f"{path}: the run cannot be read ({len(problems.errors)} problems)", problems.errors)
+    if not run:
+        raise InvalidInputError(f"{path}: the run is empty")
+    return run
+
+
+def _check_ids(run: Run) -> None:
+    for qid, docs in run.items():
+        for value in (qid, *docs):
+            if not value or any(ch.isspace() for ch in value):
+                raise UsageError(f"id {value!r} is empty or contains white space; it cannot be written to a TREC run")
+
+
+def write_trec_run(run: Run, path: Path, *, tag: str | None = None) -> Path:
+    """Write ``run`` in TREC format, rank order as ``Run.ranked``; scores with full float precision."""
+    _check_ids(run)
+    label = (tag or run.name or "r2med").replace(" ", "_")
+
+    def body(handle: IO[str]) -> None:
+        for qid in run:
+            for rank, (did, score) in enumerate(run.ranked(qid), start=1):
+                handle.write(f"{qid} Q0 {did} {rank} {score!r} {label}\n")
+
+    return write_atomic(path, body)
+
+
+def write_topk_jsonl(run: Run, path: Path, *, k: int | None = None) -> Path:
+    """Write ``run`` as the official top-k JSONL (first ``k`` documents of each query when given)."""
+
+    def body(handle: IO[str]) -> None:
+        for qid in run:
+            pairs = [[did, score] for did, score in run.ranked(qid)[:k]]
+            handle.write(json.dumps({"id": qid, "topk_pid": pairs}, ensure_ascii=False) + "\n")
+
+    return write_atomic(path, body)

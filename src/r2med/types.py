@@ -1,0 +1,66 @@
+"""The one data model every stage shares.
+
+- ``Qrels``: query id -> document id -> graded relevance (int).
+- ``Run``: query id -> document id -> score (float), inner dicts in rank order.
+- ``Scores``: what evaluation returns: the averaged measures and the per-query values.
+
+Ids are always strings. ``Qrels`` and ``Run`` are plain ``dict`` subclasses, so they go straight
+into pytrec_eval and json; stages build new objects and never mutate their inputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+class Qrels(dict):
+    """Relevance judgements: ``{qid: {docid: relevance}}``.
+
+    >>> q = Qrels({"q1": {"d1": 1, "d2": 0}})
+    >>> q.n_positive("q1")
+    1
+    """
+
+    def n_positive(self, qid: str) -> int:
+        """Number of documents judged relevant (> 0) for ``qid``."""
+        return sum(1 for rel in self.get(qid, {}).values() if rel > 0)
+
+
+class Run(dict):
+    """A ranking: ``{qid: {docid: score}}``; each inner dict is kept in rank order.
+
+    >>> r = Run({"q1": {"a": 1.0, "b": 3.0, "c": 3.0}})
+    >>> r.ranked("q1")
+    [('b', 3.0), ('c', 3.0), ('a', 1.0)]
+    >>> r.top_k(1)
+    {'q1': {'b': 3.0}}
+    """
+
+    def __init__(self, *args, name: str = "r2med", **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.name = name
+
+    def ranked(self, qid: str) -> list[tuple[str, float]]:
+        """Documents of ``qid`` by score descending; equal scores keep their stored order."""
+        return sorted(self.get(qid, {}).items(), key=lambda item: -item[1])
+
+    def top_k(self, k: int) -> "Run":
+        """A new run with the first ``k`` documents of each query (rank order as in ``ranked``)."""
+        return Run({qid: dict(self.ranked(qid)[:k]) for qid in self}, name=self.name)
+
+
+@dataclass(frozen=True)
+class Scores:
+    """Evaluation output: ``aggregate`` (official key -> mean over evaluated queries, unrounded)
+    and ``per_query`` (qid -> official key -> value, unrounded)."""
+
+    aggregate: dict[str, float]
+    per_query: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    @property
+    def n_queries(self) -> int:
+        return len(self.per_query)
+
+    def rounded(self, digits: int = 5) -> dict[str, float]:
+        """The aggregate rounded as the official result files store it."""
+        return {key: round(value, digits) for key, value in self.aggregate.items()}
