@@ -195,14 +195,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _CliHandler(logging.StreamHandler):
+    """The one handler the CLI puts on the ``r2med`` logger (replaced on every call)."""
+
+
+def _configure_logging(level: int) -> None:
+    for handler in [h for h in logger.handlers if isinstance(h, _CliHandler)]:
+        logger.removeHandler(handler)
+    handler = _CliHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("r2med: %(levelname)s: %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(level)
+    logger.propagate = False
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.ERROR if args.quiet else logging.INFO if args.verbose else logging.WARNING,
-        format="r2med: %(levelname)s: %(message)s",
-        stream=sys.stderr,
-    )
+    _configure_logging(logging.ERROR if args.quiet else logging.INFO if args.verbose else logging.WARNING)
     if not hasattr(args, "func"):
         parser.print_help(sys.stderr if args.command is None else sys.stdout)
         return 2

@@ -107,7 +107,7 @@ def iter_jsonl(lines: HashingLines) -> Iterator[tuple[int, dict[str, Any]]]:
         except json.JSONDecodeError as exc:
             snippet = text.strip()
             snippet = snippet if len(snippet) <= 60 else snippet[:57] + "..."
-            problems.error(name, number, f"malformed JSON ({exc.msg} at column {exc.colno}): {snippet!r}; fix or remove the line")
+            problems.error(name, number, f"malformed JSON ({exc.msg} at character {exc.pos + 1}): {snippet!r}; fix or remove the line")
             continue
         if not isinstance(row, dict):
             problems.error(name, number, f"expected a JSON object, got {type(row).__name__}")

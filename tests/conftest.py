@@ -1,0 +1,59 @@
+"""Shared fixtures: paths to test data, an isolated R2MED_HOME, offline hub, and a CLI runner."""
+
+from __future__ import annotations
+
+import io
+import json
+from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO / "tests" / "data"
+SHARED = REPO.parent / "shared"
+
+
+def shared_path(*parts: str) -> Path:
+    """A path under ../shared; skips the test when the shared folder is not beside the checkout."""
+    path = SHARED.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"{path} not available")
+    return path
+
+
+@pytest.fixture(autouse=True)
+def isolated_home(tmp_path_factory, monkeypatch) -> Path:
+    """Every test gets an empty R2MED_HOME and an offline hub."""
+    home = tmp_path_factory.mktemp("r2med_home")
+    monkeypatch.setenv("R2MED_HOME", str(home))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return home
+
+
+@dataclass
+class CliResult:
+    code: int
+    out: str
+    err: str
+
+    def json(self):
+        return json.loads(self.out)
+
+
+@pytest.fixture
+def cli():
+    """Run ``r2med`` in-process: ``cli("evaluate", "--qrels", ...)`` -> CliResult."""
+    from r2med.cli import main
+
+    def run(*args: object) -> CliResult:
+        out, err = io.StringIO(), io.StringIO()
+        with redirect_stdout(out), redirect_stderr(err):
+            try:
+                code = main([str(a) for a in args])
+            except SystemExit as exc:  # argparse usage errors
+                code = int(exc.code or 0)
+        return CliResult(code, out.getvalue(), err.getvalue())
+
+    return run
