@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from r2med import __version__
-from r2med.errors import R2MedError
+from r2med.errors import R2MedError, UsageError
 
 logger = logging.getLogger("r2med")
 
@@ -29,6 +29,11 @@ def _ints(text: str) -> list[int]:
         return [int(part) for part in _csv(text)]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def _pct(value: float) -> str:
+    """A 5-decimal result value as the leaderboard shows it: x100, 2 decimals."""
+    return f"{100 * value:.2f}"
 
 
 def _emit_json(obj: object) -> None:
@@ -67,6 +72,42 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         rows = [[qid] + [f"{values[k]:.5f}" for k in keys] for qid, values in scores.per_query.items()]
         print()
         print(markdown_table(["qid"] + keys, rows, align_right=[False] + [True] * len(keys)))
+    return 0
+
+
+# ---------------------------------------------------------------- run
+def cmd_run(args: argparse.Namespace) -> int:
+    from r2med.datasets import load_dataset, locate
+    from r2med.pipeline import run_retriever, summarise
+    from r2med.reporting.tables import markdown_table
+    from r2med.retrievers.registry import RetrieverOptions, make_retriever
+    from r2med.settings import get_settings
+
+    if args.top_k < 1:
+        raise UsageError(f"--top-k must be at least 1, got {args.top_k}")
+    settings = get_settings()
+    options = RetrieverOptions(
+        cache_dir=None if args.no_cache else settings.index_dir,
+        progress=not (args.quiet or args.json),
+        bm25_variant=args.bm25_variant, k1=args.k1, b=args.b,
+    )
+    retriever = make_retriever(args.retriever, options)
+    targets = locate(args.tasks, data_dir=args.data_dir, settings=settings)
+    loaders = [lambda name=name, path=path: load_dataset(name, path=path, settings=settings) for name, path in targets]
+
+    def progress(result) -> None:
+        if not args.json and not args.quiet:
+            print(f"{result.dataset}: nDCG@10 {_pct(result.scores.rounded()['ndcg_at_10'])} "
+                  f"({result.scores.n_queries} queries, {result.seconds:.1f} s) -> {result.files.result}", file=sys.stderr)
+
+    results = run_retriever(retriever, loaders, output=args.output, top_k=args.top_k, on_result=progress)
+    table = summarise(results)
+    if args.json:
+        _emit_json(table)
+        return 0
+    rows = [[name, _pct(row["ndcg_at_10"]), _pct(row["recall_at_100"])] for name, row in table.items()]
+    print(f"{retriever.name} -> {Path(args.output) / 'base retriever' / retriever.name}")
+    print(markdown_table(["dataset", "nDCG@10", "R@100"], rows, align_right=[False, True, True]))
     return 0
 
 
@@ -154,11 +195,19 @@ def cmd_datasets_validate(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="r2med", description="Run the R2MED benchmark end to end, exactly as published.")
+    # -q/-v work before and after the subcommand; SUPPRESS keeps a subcommand from resetting them
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="only errors on stderr, no progress bars")
+    common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="more detail on stderr")
+    parser = argparse.ArgumentParser(prog="r2med", description="Run the R2MED benchmark end to end, exactly as published.", parents=[common])
     parser.add_argument("--version", action="version", version=f"r2med {__version__}")
-    parser.add_argument("-q", "--quiet", action="store_true", help="only errors on stderr, no progress bars")
-    parser.add_argument("-v", "--verbose", action="store_true", help="more detail on stderr")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _add_parser = sub.add_parser
+
+    def add_parser(*a, **k):  # every subcommand accepts -q/-v too
+        return _add_parser(*a, parents=[common], **k)
+
+    sub.add_parser = add_parser  # type: ignore[method-assign]
 
     ev = sub.add_parser("evaluate", help="score a run against qrels with R2MED's conventions")
     ev.add_argument("--qrels", required=True, type=Path, help="a dataset directory or a qrels file (R2MED JSONL, BEIR TSV, TREC)")
@@ -173,8 +222,25 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--json", action="store_true", help='print {"ndcg_at_10": ..., ...} (unrounded)')
     ev.set_defaults(func=cmd_evaluate)
 
+    rn = sub.add_parser("run", help="run a retriever on R2MED datasets, evaluate, write official result files")
+    rn.add_argument("--retriever", default="bm25", help="retriever name (default bm25)")
+    rn.add_argument("--bm25-variant", default="r2med", choices=["r2med", "lucene"],
+                    help="r2med: the published numbers (gensim LuceneBM25Model, query-side weighting); lucene: Anserini's BM25")
+    rn.add_argument("--k1", type=float, default=0.9, help="BM25 k1 (default 0.9)")
+    rn.add_argument("--b", type=float, default=0.4, help="BM25 b (default 0.4)")
+    rn.add_argument("--tasks", type=_csv, default=None, metavar="NAMES",
+                    help="comma-separated dataset names or 'all' (default: all 8, or every dataset under --data-dir)")
+    rn.add_argument("--data-dir", type=Path, default=None, help="one dataset directory or a directory of them (default: the hub)")
+    rn.add_argument("--output", type=Path, default=Path("results"), help="results directory (default ./results)")
+    rn.add_argument("--top-k", type=int, default=100, help="documents kept per query (default 100)")
+    rn.add_argument("--no-cache", action="store_true", help="neither reuse nor save indexes under R2MED_HOME")
+    rn.add_argument("--json", action="store_true", help='print {"<Dataset>": {...}, ..., "average": {...}}')
+    rn.set_defaults(func=cmd_run)
+
     ds = sub.add_parser("datasets", help="list, download, describe and check datasets")
     ds_sub = ds.add_subparsers(dest="datasets_command", metavar="ACTION")
+    _ds_add = ds_sub.add_parser
+    ds_sub.add_parser = lambda *a, **k: _ds_add(*a, parents=[common], **k)  # type: ignore[method-assign]
     ls = ds_sub.add_parser("list", help="the 8 R2MED datasets, their pinned revisions and whether they are cached")
     ls.add_argument("--json", action="store_true")
     ls.set_defaults(func=cmd_datasets_list)
@@ -212,6 +278,8 @@ def _configure_logging(level: int) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # -q/-v are absent from the namespace unless given (see build_parser)
+    args.quiet, args.verbose = getattr(args, "quiet", False), getattr(args, "verbose", False)
     _configure_logging(logging.ERROR if args.quiet else logging.INFO if args.verbose else logging.WARNING)
     if not hasattr(args, "func"):
         parser.print_help(sys.stderr if args.command is None else sys.stdout)
@@ -224,6 +292,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("r2med: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # output piped into head & co.
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":  # pragma: no cover
