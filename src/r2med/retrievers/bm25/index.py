@@ -1,0 +1,382 @@
+"""A BM25 index over analysed documents, with R2MED's official scoring and Lucene's.
+
+>>> docs = [["cat", "sat"], ["dog", "sat", "sat"], ["cat", "dog", "fish"]]
+>>> index = BM25Index.build(docs, doc_ids=["1", "9", "10"])
+>>> {d: round(s, 6) for d, s in index.search_run(["q"], [["cat", "sat"]])["q"].items()}
+{'1': 0.134858, '9': 0.082884, '10': 0.062749}
+>>> hits = index.search([["dog"]], k=3)[0]  # a tie: the earlier row first
+>>> hits.rows.tolist(), [round(s, 6) for s in hits.scores.tolist()]
+([1, 2, 0], [0.067806, 0.067806, 0.0])
+>>> lucene = BM25Index.build(docs, doc_ids=["1", "9", "10"], variant="lucene")
+>>> lucene.search_run(["q"], [["dog"]])  # the same tie: the smaller id string first
+{'q': {'10': 0.24160000681877136, '9': 0.24159900844097137}}
+
+Variants (see :mod:`r2med.retrievers.bm25.scoring` for the formulas):
+
+``"r2med"`` (default)
+    R2MED's official BM25: gensim ``LuceneBM25Model`` weights on both sides, dot
+    product in float32. Every row counts in N and in the average length, empty ones
+    included. Every document is ranked, zero scores included (a query matching fewer
+    than k documents is filled up with score-0 documents in corpus order, as the
+    official top 100 is). Ties go to the earlier document in the corpus (the
+    official code's stable sort). Repeated document ids follow the official dict
+    semantics: the score of the last occurrence at the position of the first.
+``"lucene"``
+    Lucene 9 ``BM25Similarity`` as Pyserini 0.22.1 searches it (bag-of-words query,
+    a term repeated n times is boosted n times, lossy one-byte length norms,
+    float32). N and the average length count only documents with at least one
+    token (Lucene's ``docCount``; Anserini does not even index empty texts). Only
+    documents matching at least one query term are returned. Ties go to the smaller
+    document id *string* (Anserini sorts by score, then by the id field), so "10"
+    before "9"; on scifact 105 of 300 queries need this. A repeated id counts once,
+    with its best row (Pyserini's ``remove_dups``). Unlike Lucene there is no limit
+    of 1,024 distinct query terms.
+
+Both are bit-exact with their references on scifact, cacm, nfcorpus and an edge-case
+collection (``tests/retrievers/test_bm25_scoring.py``). Not reproduced: gensim's
+``Dictionary`` pruning of vocabularies above 2,000,000 terms (a warning is logged).
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+import scipy.sparse as sp
+
+from r2med.errors import InvalidInputError, UsageError
+from r2med.retrievers.bm25 import persist
+from r2med.retrievers.bm25.ranking import (
+    DocIdTable,
+    adjust_score_ties,
+    collapse_best,
+    collapse_official,
+    top_k,
+)
+from r2med.retrievers.bm25.scoring import (
+    gensim_idf,
+    gensim_length_norm,
+    gensim_weights,
+    int_to_byte4,
+    lucene_idf,
+    lucene_norm_inverse,
+    lucene_term_scores,
+)
+from r2med.retrievers.bm25.vocabulary import count_matrix, query_term_counts
+
+__all__ = ["VARIANTS", "BM25Index", "BM25Params", "Hits"]
+
+logger = logging.getLogger(__name__)
+
+#: The scoring variants :class:`BM25Index` implements.
+VARIANTS: tuple[str, ...] = ("r2med", "lucene")
+
+# bound the dense (queries x documents) and (terms x queries) blocks of one chunk of queries
+_MAX_BLOCK_CELLS = 1 << 22
+# gensim's Dictionary prunes its vocabulary to this many terms when it grows larger
+_GENSIM_PRUNE_AT = 2_000_000
+
+
+@dataclass(frozen=True)
+class BM25Params:
+    """How an index scores: the variant and BM25's two parameters.
+
+    >>> BM25Params()
+    BM25Params(variant='r2med', k1=0.9, b=0.4)
+    >>> BM25Params(variant="lucen")
+    Traceback (most recent call last):
+    ...
+    r2med.errors.UsageError: unknown BM25 variant 'lucen'; valid: 'r2med', 'lucene' (did you mean 'lucene'?)
+    """
+
+    variant: str = "r2med"
+    k1: float = 0.9
+    b: float = 0.4
+
+    def __post_init__(self) -> None:
+        if self.variant not in VARIANTS:
+            close = difflib.get_close_matches(str(self.variant), VARIANTS, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            valid = ", ".join(repr(v) for v in VARIANTS)
+            raise UsageError(f"unknown BM25 variant {self.variant!r}; valid: {valid}{hint}")
+        if not (isinstance(self.k1, (int, float)) and math.isfinite(self.k1) and self.k1 >= 0):
+            raise UsageError(f"BM25 k1 must be a finite number >= 0, got {self.k1!r}")
+        if not (isinstance(self.b, (int, float)) and 0.0 <= self.b <= 1.0):
+            raise UsageError(f"BM25 b must be a number in [0, 1], got {self.b!r}")
+        object.__setattr__(self, "k1", float(self.k1))
+        object.__setattr__(self, "b", float(self.b))
+
+
+class Hits(NamedTuple):
+    """The ranked hits of one query: corpus row indices and their float32 scores."""
+
+    rows: np.ndarray
+    scores: np.ndarray
+
+
+class BM25Index:
+    """Term counts of a corpus plus the weights of one BM25 variant; searches all queries at once.
+
+    Build with :meth:`build`, query with :meth:`search` (row indices and scores) or
+    :meth:`search_run` (``{qid: {docid: score}}`` in rank order), persist with
+    :meth:`save` / :meth:`load`. Inputs are token lists already analysed (see
+    ``r2med.retrievers.bm25.analyzer``); documents are rows in corpus order.
+    """
+
+    def __init__(
+        self,
+        *,
+        params: BM25Params,
+        vocabulary: list[str],
+        counts: sp.csr_matrix,
+        doc_ids: list[str] | None = None,
+    ) -> None:
+        if doc_ids is not None and len(doc_ids) != counts.shape[0]:
+            raise InvalidInputError(
+                f"{len(doc_ids)} document ids for {counts.shape[0]} documents; give one id per document"
+            )
+        if counts.shape[1] != len(vocabulary):
+            raise InvalidInputError(f"count matrix has {counts.shape[1]} columns for {len(vocabulary)} terms")
+        self.params = params
+        self.vocabulary = vocabulary
+        self.counts = counts
+        self.doc_ids = doc_ids
+        self.token2id: dict[str, int] = dict(zip(vocabulary, range(len(vocabulary))))
+        self.doc_lengths = np.asarray(counts.sum(axis=1)).ravel().astype(np.int64)
+        self.doc_freqs = np.bincount(counts.indices, minlength=len(vocabulary)).astype(np.int64)
+        self._ids = DocIdTable.from_ids(doc_ids if doc_ids is not None else _row_ids(counts.shape[0]))
+        if len(vocabulary) > _GENSIM_PRUNE_AT and params.variant == "r2med":
+            logger.warning(
+                "vocabulary has %d terms; gensim's Dictionary would have pruned it to %d, "
+                "so scores may differ from the official code's",
+                len(vocabulary),
+                _GENSIM_PRUNE_AT,
+            )
+        if params.variant == "r2med":
+            self._prepare_r2med()
+        else:
+            self._prepare_lucene()
+
+    # ------------------------------------------------------------------ construction
+
+    @classmethod
+    def build(
+        cls,
+        token_lists: Sequence[Sequence[str]],
+        *,
+        doc_ids: Sequence[str] | None = None,
+        variant: str = "r2med",
+        k1: float = 0.9,
+        b: float = 0.4,
+    ) -> BM25Index:
+        """Index analysed documents (one token list per corpus row, in corpus order).
+
+        ``doc_ids`` (one per row, repeats allowed) name the documents in
+        :meth:`search_run` and decide duplicate handling and Lucene's tie order;
+        without them every row is its own document, named by its row number.
+        """
+        params = BM25Params(variant=variant, k1=k1, b=b)
+        if len(token_lists) == 0:
+            raise InvalidInputError("cannot build a BM25 index over zero documents")
+        vocabulary, counts = count_matrix(token_lists)
+        return cls(
+            params=params,
+            vocabulary=vocabulary,
+            counts=counts,
+            doc_ids=None if doc_ids is None else [str(d) for d in doc_ids],
+        )
+
+    def _prepare_r2med(self) -> None:
+        p = self.params
+        n_docs = self.counts.shape[0]
+        self.avgdl = float(self.doc_lengths.sum()) / n_docs  # gensim: sum(cfs) / num_docs
+        self.idf = gensim_idf(self.doc_freqs, n_docs)
+        c = self.counts
+        if self.avgdl > 0:
+            norm = gensim_length_norm(self.doc_lengths, k1=p.k1, b=p.b, avgdl=self.avgdl)
+            w = gensim_weights(c.data, np.repeat(norm, np.diff(c.indptr)), self.idf[c.indices])
+        else:  # no tokens at all: nothing to weight (and nothing a query can match)
+            w = np.zeros(0, dtype=np.float64)
+        self._weights = sp.csr_matrix((w.astype(np.float32), c.indices, c.indptr), shape=c.shape)
+        self._weights.has_sorted_indices = True
+
+    def _prepare_lucene(self) -> None:
+        p = self.params
+        # Lucene's docCount counts documents with at least one term in the field
+        n_docs = int(np.count_nonzero(self.doc_lengths))
+        total = int(self.doc_lengths.sum())
+        self.avgdl = np.float32(total / n_docs) if n_docs else np.float32(1.0)
+        self.idf = lucene_idf(self.doc_freqs, max(n_docs, 1))
+        self.norms = int_to_byte4(self.doc_lengths)
+        cache = lucene_norm_inverse(p.k1, p.b, self.avgdl)
+        c = self.counts
+        row_norm = np.repeat(cache[self.norms], np.diff(c.indptr))
+        x = c.data.astype(np.float32) * row_norm  # freq * normInverse, float32
+        self._x = sp.csr_matrix((x, c.indices, c.indptr), shape=c.shape)
+        self._x_by_term: sp.csc_matrix | None = None
+        unit = lucene_term_scores(self.idf[c.indices], x)  # boost 1; boost 2**m scales exactly
+        self._unit = sp.csr_matrix((unit.astype(np.float64), c.indices, c.indptr), shape=c.shape)
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def n_docs(self) -> int:
+        """Number of corpus rows (repeated ids counted each time)."""
+        return int(self.counts.shape[0])
+
+    def __repr__(self) -> str:
+        p = self.params
+        return f"BM25Index(variant={p.variant!r}, k1={p.k1}, b={p.b}, docs={self.n_docs}, terms={len(self.vocabulary)})"
+
+    # ------------------------------------------------------------------ search
+
+    def score_all(self, query_token_lists: Sequence[Sequence[str]]) -> np.ndarray:
+        """Dense float32 scores, one row per query and one column per corpus row.
+
+        Convenience for small collections and tests; :meth:`search` scores in
+        bounded chunks instead.
+        """
+        q, t, c, known = query_term_counts(query_token_lists, self.token2id)
+        return self._score_block(q, t, c, known, len(query_token_lists))[0]
+
+    def search(self, query_token_lists: Sequence[Sequence[str]], *, k: int = 100) -> list[Hits]:
+        """The top k corpus rows of every query, best first, with their raw float32 scores.
+
+        For a repeated document id the row returned is its first row (see the module
+        docstring for the score it carries).
+
+        All queries are scored by matrix products (sparse documents x dense query
+        block), in chunks of queries that keep the (terms x queries) and
+        (queries x documents) blocks at about 2**22 cells each; selection is
+        ``np.partition`` per query with exact tie handling (:func:`top_k`).
+        """
+        if k < 0:
+            raise UsageError(f"k must be >= 0, got {k}")
+        n_queries = len(query_token_lists)
+        q, t, c, known = query_term_counts(query_token_lists, self.token2id)
+        chunk = max(1, _MAX_BLOCK_CELLS // max(self.n_docs, len(self.vocabulary), 1))
+        bounds = np.searchsorted(q, np.arange(0, n_queries + chunk, chunk))
+        hits: list[Hits] = []
+        for i, start in enumerate(range(0, n_queries, chunk)):
+            stop = min(start + chunk, n_queries)
+            lo, hi = bounds[i], bounds[i + 1]
+            scores, matched = self._score_block(q[lo:hi] - start, t[lo:hi], c[lo:hi], known[start:stop], stop - start)
+            hits.extend(self._rank(scores, matched, k))
+        return hits
+
+    def search_run(
+        self, query_ids: Sequence[str], query_token_lists: Sequence[Sequence[str]], *, k: int = 100
+    ) -> dict[str, dict[str, float]]:
+        """Like :meth:`search`, as ``{query_id: {doc_id: score}}`` with docs in rank order.
+
+        ``"r2med"``: the float32 scores as Python floats, as the official code's
+        ``.tolist()`` gives them. ``"lucene"``: the scores Pyserini reports, i.e.
+        passed through Anserini's tie adjuster (:func:`~r2med.retrievers.bm25.ranking.adjust_score_ties`:
+        4 decimals, minus 1e-6 per tie) so that trec_eval, which breaks score ties by
+        document id, evaluates the run in its ranked order, exactly as it evaluates
+        Pyserini's. (With repeated document ids Pyserini adjusts before removing the
+        repeats and this after, which can differ by 1e-6 in a run of ties.) A repeated
+        query id keeps its last query's hits.
+        """
+        if len(query_ids) != len(query_token_lists):
+            raise InvalidInputError(f"{len(query_ids)} query ids for {len(query_token_lists)} queries")
+        names = self.doc_ids if self.doc_ids is not None else _row_ids(self.n_docs)
+        lucene = self.params.variant == "lucene"
+        run: dict[str, dict[str, float]] = {}
+        for qid, h in zip(query_ids, self.search(query_token_lists, k=k)):
+            scores = adjust_score_ties(h.scores) if lucene else h.scores
+            run[str(qid)] = dict(zip((names[r] for r in h.rows.tolist()), scores.tolist()))
+        return run
+
+    def _score_block(
+        self, q: np.ndarray, t: np.ndarray, c: np.ndarray, known: np.ndarray, n_queries: int
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """Scores (n_queries x n_docs, float32) of one chunk; for Lucene also the matched mask.
+
+        The query side is a dense (terms x queries) block and the product is scipy's
+        CSR x dense kernel, which for every (document, query) pair adds the products
+        term by term in the row's (increasing term id) order; adding the zeros of
+        absent query terms leaves a float sum unchanged, so this is bit-identical to
+        gensim's sparse x sparse product.
+        """
+        n_vocab = len(self.vocabulary)
+        if self.params.variant == "r2med":
+            p = self.params
+            norm = gensim_length_norm(known[q], k1=p.k1, b=p.b, avgdl=self.avgdl)
+            query = np.zeros((n_vocab, n_queries), dtype=np.float32)
+            query[t, q] = gensim_weights(c, norm, self.idf[t])
+            return np.ascontiguousarray((self._weights @ query).T), None  # float32 sums
+        # Lucene: boost = query term count; boosts that are powers of two scale the unit
+        # term scores exactly, the others are computed term by term.
+        pow2 = (c & (c - 1)) == 0
+        query = np.zeros((n_vocab, n_queries), dtype=np.float64)
+        query[t[pow2], q[pow2]] = c[pow2]
+        scores = np.ascontiguousarray((self._unit @ query).T)  # float64 sums, as Lucene's
+        if not pow2.all():
+            if self._x_by_term is None:
+                self._x_by_term = self._x.tocsc()
+            xt = self._x_by_term
+            for qi, ti, ci in zip(q[~pow2].tolist(), t[~pow2].tolist(), c[~pow2].tolist()):
+                lo, hi = xt.indptr[ti], xt.indptr[ti + 1]
+                weight = np.float32(ci) * self.idf[ti]
+                scores[qi, xt.indices[lo:hi]] += lucene_term_scores(weight, xt.data[lo:hi])
+        matched = scores > 0
+        return scores.astype(np.float32), matched
+
+    def _rank(self, scores: np.ndarray, matched: np.ndarray | None, k: int) -> list[Hits]:
+        ids = self._ids
+        out: list[Hits] = []
+        if self.params.variant == "r2med":
+            unique = collapse_official(scores, ids.last_rows) if ids.has_duplicates else scores
+            for row in unique:
+                pos = top_k(row, k)  # ties: earlier first occurrence first
+                out.append(Hits(ids.first_rows[pos] if ids.has_duplicates else pos, row[pos]))
+            return out
+        if matched is None:  # pragma: no cover - _score_block always gives Lucene a mask
+            matched = scores > 0
+        if ids.has_duplicates:
+            masked = np.where(matched, scores, np.float32(-np.inf))
+            unique = collapse_best(masked, ids.group, ids.n_unique)
+            for row in unique:
+                pos = top_k(row, k, tie_rank=ids.id_rank)
+                pos = pos[np.isfinite(row[pos])]
+                out.append(Hits(ids.first_rows[pos], row[pos]))
+            return out
+        for row, hit in zip(scores, matched):
+            cand = np.flatnonzero(hit)
+            pos = cand[top_k(row[cand], k, tie_rank=ids.id_rank[cand])]
+            out.append(Hits(pos, row[pos]))
+        return out
+
+    # ------------------------------------------------------------------ persistence
+
+    def save(self, directory: str | Path) -> Path:
+        """Write the index to ``directory`` (``index.npz`` + ``index.json``), atomically per file."""
+        return persist.save_index(
+            directory,
+            params={"variant": self.params.variant, "k1": self.params.k1, "b": self.params.b},
+            vocabulary=self.vocabulary,
+            doc_ids=self.doc_ids,
+            counts=self.counts,
+        )
+
+    @classmethod
+    def load(cls, directory: str | Path, *, params: BM25Params | None = None) -> BM25Index:
+        """Read an index written by :meth:`save`; weights are recomputed from the counts.
+
+        The file holds term counts only, so one saved index serves every variant and parameter
+        setting: ``params`` (default: those it was saved with) decides the weights.
+        """
+        meta, counts = persist.load_index(directory)
+        params = params or BM25Params(**meta["params"])
+        return cls(params=params, vocabulary=meta["vocabulary"], counts=counts, doc_ids=meta["doc_ids"])
+
+
+def _row_ids(n: int) -> list[str]:
+    return [str(i) for i in range(n)]

@@ -1,0 +1,86 @@
+"""Analyse a corpus and count its terms on every core.
+
+Each worker process analyses a contiguous slice of the corpus and turns it into provisional term
+ids (``vocabulary.provisional_ids``); the parent merges the slices in corpus order, which gives the
+same vocabulary, ids and counts as one pass in one process. Workers are forked, so they read the
+texts from the parent's memory without copying them; only small arrays and term lists come back.
+Where ``fork`` is not available, or the corpus is small, everything runs in this process.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import scipy.sparse as sp
+
+from r2med.retrievers.bm25.analyzer import EnglishAnalyzer
+from r2med.retrievers.bm25.vocabulary import matrix_from_ids, merge_provisional, provisional_ids
+
+logger = logging.getLogger(__name__)
+
+#: below this many texts the pool's start-up costs more than it saves
+MIN_PARALLEL_TEXTS = 20_000
+_SLICE = 4_000
+
+# set in the parent just before forking; read by the workers
+_TEXTS: Sequence[str] = ()
+_ANALYZER: EnglishAnalyzer | None = None
+
+
+def _work(bounds: tuple[int, int]) -> tuple[list[str], np.ndarray, np.ndarray]:
+    start, stop = bounds
+    analyzer = _ANALYZER or EnglishAnalyzer()
+    terms, ids, lengths = provisional_ids(analyzer.analyze_many(_TEXTS[start:stop]))
+    # a slice has far fewer than 2**31 terms: int32 halves what travels back to the parent
+    return terms, ids.astype(np.int32), lengths.astype(np.int32)
+
+
+def default_workers() -> int:
+    """The cores this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def analyze_and_count(
+    texts: Sequence[str],
+    analyzer: EnglishAnalyzer,
+    *,
+    workers: int | None = None,
+    on_progress: Callable[[int], None] | None = None,
+) -> tuple[list[str], sp.csr_matrix]:
+    """Vocabulary (gensim order) and document x term counts of ``texts``, as ``count_matrix`` gives them.
+
+    ``on_progress(n)`` is called as each slice of ``n`` texts is done.
+
+    >>> vocab, counts = analyze_and_count(["Dogs bark", "A dog"], EnglishAnalyzer(), workers=1)
+    >>> vocab, counts.toarray().tolist()
+    (['bark', 'dog'], [[1, 1], [0, 1]])
+    """
+    global _TEXTS, _ANALYZER
+    workers = default_workers() if workers is None else max(1, workers)
+    bounds = [(s, min(s + _SLICE, len(texts))) for s in range(0, len(texts), _SLICE)]
+    report = on_progress or (lambda n: None)
+    can_fork = "fork" in multiprocessing.get_all_start_methods()
+    if workers == 1 or len(texts) < MIN_PARALLEL_TEXTS or not can_fork:
+        parts = []
+        for start, stop in bounds:
+            parts.append(provisional_ids(analyzer.analyze_many(texts[start:stop])))
+            report(stop - start)
+        return matrix_from_ids(*merge_provisional(parts))
+    _TEXTS, _ANALYZER = texts, analyzer
+    try:
+        with multiprocessing.get_context("fork").Pool(workers) as pool:
+            parts = []
+            for (start, stop), part in zip(bounds, pool.imap(_work, bounds)):
+                parts.append(part)
+                report(stop - start)
+    finally:
+        _TEXTS, _ANALYZER = (), None
+    logger.debug("analysed %d texts in %d slices on %d processes", len(texts), len(bounds), workers)
+    return matrix_from_ids(*merge_provisional(parts))

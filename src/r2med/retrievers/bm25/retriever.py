@@ -1,0 +1,103 @@
+"""BM25 as a ``Retriever``: analyse, index (cached under R2MED_HOME), search, return a ``Run``."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from r2med import __version__
+from r2med.datasets.model import Dataset
+from r2med.errors import InvalidInputError, R2MedError
+from r2med.retrievers.bm25.analyzer import EnglishAnalyzer
+from r2med.retrievers.bm25.index import BM25Index, BM25Params
+from r2med.retrievers.bm25.parallel import analyze_and_count
+from r2med.retrievers.bm25.persist import FORMAT, FORMAT_VERSION
+from r2med.types import Run
+
+logger = logging.getLogger(__name__)
+
+#: Names the analysis the saved term counts come from; change it whenever the analyzer's output may change.
+ANALYZER_KEY = "pyserini-0.22.1-default-english/1"
+
+
+def index_key(dataset: Dataset) -> str:
+    """Content key of a dataset's BM25 term counts: corpus bytes (or ids and texts), analyzer, format, version.
+
+    Term counts do not depend on the variant, k1 or b, so one cached index serves them all.
+    """
+    corpus_hash = dataset.sha256.get("corpus.jsonl")
+    if corpus_hash is None:  # built in memory: hash what is indexed
+        digest = hashlib.sha256()
+        for did, text in zip(dataset.doc_ids, dataset.doc_texts):
+            digest.update(did.encode() + b"\0" + text.encode() + b"\0")
+        corpus_hash = digest.hexdigest()
+    material = {
+        "corpus": corpus_hash, "layout": dataset.layout, "analyzer": ANALYZER_KEY,
+        "format": f"{FORMAT}/{FORMAT_VERSION}", "r2med": __version__,
+    }
+    return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:24]
+
+
+@dataclass
+class BM25Retriever:
+    """BM25 over Lucene's English analysis; ``variant`` ``"r2med"`` (the published numbers) or ``"lucene"``.
+
+    ``cache_dir``: where indexes are kept (``None`` = never saved); ``progress``: show progress bars;
+    ``workers``: processes that analyse the corpus (default: every core this process may use).
+    """
+
+    variant: str = "r2med"
+    k1: float = 0.9
+    b: float = 0.4
+    cache_dir: Path | None = None
+    progress: bool = True
+    workers: int | None = None
+    ignore_identical_ids: bool = False
+
+    def __post_init__(self) -> None:
+        self.params = BM25Params(variant=self.variant, k1=self.k1, b=self.b)
+        self.analyzer = EnglishAnalyzer()
+
+    @property
+    def name(self) -> str:
+        """``bm25`` for the published configuration; otherwise the variant and non-default parameters."""
+        name = "bm25" if self.variant == "r2med" else f"bm25-{self.variant}"
+        if (self.params.k1, self.params.b) != (0.9, 0.4):
+            name += f"-k1_{self.params.k1:g}-b_{self.params.b:g}"
+        return name
+
+    def _build(self, dataset: Dataset) -> BM25Index:
+        from tqdm.auto import tqdm
+
+        if not dataset.doc_ids:
+            raise InvalidInputError(f"{dataset.name}: cannot build a BM25 index over zero documents")
+        texts = dataset.doc_texts
+        with tqdm(total=len(texts), desc=f"{dataset.name}: analysing documents", unit="doc", disable=not self.progress, leave=False) as bar:
+            vocabulary, counts = analyze_and_count(texts, self.analyzer, workers=self.workers, on_progress=bar.update)
+        return BM25Index(params=self.params, vocabulary=vocabulary, counts=counts, doc_ids=list(dataset.doc_ids))
+
+    def index(self, dataset: Dataset) -> BM25Index:
+        """The dataset's index: loaded from the cache when its key matches, else built (and saved)."""
+        folder = self.cache_dir / index_key(dataset) if self.cache_dir is not None else None
+        if folder is not None and (folder / "index.json").is_file():
+            try:
+                index = BM25Index.load(folder, params=self.params)
+                logger.info("%s: reusing the BM25 index in %s", dataset.name, folder)
+                return index
+            except R2MedError as exc:
+                logger.warning("%s: the cached BM25 index is unusable (%s); rebuilding it", dataset.name, exc)
+        index = self._build(dataset)
+        if folder is not None:
+            index.save(folder)
+            logger.info("%s: saved the BM25 index in %s", dataset.name, folder)
+        return index
+
+    def retrieve(self, dataset: Dataset, *, top_k: int = 100) -> Run:
+        """Top ``top_k`` documents of every query (ties: see ``BM25Index.search_run``)."""
+        index = self.index(dataset)
+        qids = list(dataset.queries)
+        tokens = self.analyzer.analyze_many([dataset.queries[q] for q in qids])
+        return Run(index.search_run(qids, tokens, k=top_k), name=self.name)
