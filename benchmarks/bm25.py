@@ -92,32 +92,33 @@ def main() -> int:
             print(f"# skipping {name}: {why}")
         else:
             peers[name] = fn
-    rows = []
-    for dataset in [d.strip() for d in args.datasets.split(",") if d.strip()]:
-        if dataset == "synthetic":
-            make_synthetic(scifact, folders["synthetic"])
-        folder = folders[dataset]
-        runs = args.work / "runs" / dataset
-        runs.mkdir(parents=True, exist_ok=True)
-        cache = Path(tempfile.mkdtemp(prefix="r2med-bm25-cache-"))
-        systems = {
-            "r2med (r2med variant)": run_r2med("r2med", None),
-            "r2med (lucene variant)": run_r2med("lucene", None),
-            "r2med (r2med variant, index cached)": run_r2med("r2med", cache),
-            **peers,
-        }
-        run_r2med("r2med", cache)(folder, runs / "warmup.run")  # fills the cache for the cached row
-        timings = {}
-        for name, fn in systems.items():
+    datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
+    if "synthetic" in datasets:
+        make_synthetic(scifact, folders["synthetic"])
+    caches = {d: Path(tempfile.mkdtemp(prefix="r2med-bm25-cache-")) for d in datasets}
+    for dataset in datasets:  # fills the cache for the "index cached" row
+        run_r2med("r2med", caches[dataset])(folders[dataset], args.work / f"warmup-{dataset}.run")
+    systems = {
+        "r2med (r2med variant)": lambda d: run_r2med("r2med", None),
+        "r2med (lucene variant)": lambda d: run_r2med("lucene", None),
+        "r2med (r2med variant, index cached)": lambda d: run_r2med("r2med", caches[d]),
+        **{name: (lambda d, fn=fn: fn) for name, fn in peers.items()},  # the official one last: it starts a JVM
+    }
+    timings: dict[tuple[str, str], tuple[float, float | None, Path]] = {}
+    for name, make in systems.items():
+        for dataset in datasets:
+            runs = args.work / "runs" / dataset
+            runs.mkdir(parents=True, exist_ok=True)
             out = runs / (name.replace(" ", "_").replace("(", "").replace(")", "").replace(",", "") + ".run")
-            seconds, peak = measure(fn, folder, out, memory=args.memory, repeat=args.repeat)
-            timings[name] = (seconds, peak, out)
+            seconds, peak = measure(make(dataset), folders[dataset], out, memory=args.memory, repeat=args.repeat)
+            timings[(dataset, name)] = (seconds, peak, out)
             print(f"# {dataset}: {name}: {seconds:.2f} s" + (f", peak {peak:.0f} MiB" if peak is not None else ""), flush=True)
-        base = timings["r2med (r2med variant)"][0]
-        for name, (seconds, peak, out) in timings.items():
-            same = ""
-            if name == "official":
-                same = "r2med variant: " + compare_runs(timings["r2med (r2med variant)"][2], out)
+    rows = []
+    for dataset in datasets:
+        base, _, base_run = timings[(dataset, "r2med (r2med variant)")]
+        for name in systems:
+            seconds, peak, out = timings[(dataset, name)]
+            same = "r2med variant: " + compare_runs(base_run, out) if name == "official" else ""
             rows.append((dataset, name, seconds, seconds / base, peak, same))
     print()
     print("| dataset | system | seconds | time / r2med | peak MiB | results |")

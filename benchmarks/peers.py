@@ -38,12 +38,19 @@ def write_run(results: dict[str, list[tuple[str, float]]], path: Path, tag: str)
 
 
 def official_available() -> str | None:
-    """None when the official pipeline can run here, else why not."""
-    try:
-        import gensim  # noqa: F401
-        from pyserini.analysis import Analyzer, get_lucene_analyzer  # noqa: F401
-    except Exception as exc:  # ImportError, or a JVM that will not start
-        return f"{type(exc).__name__}: {exc}"
+    """None when the official pipeline's packages are installed, else why not.
+
+    Only looks the packages up: importing Pyserini starts a JVM, which must wait until r2med has run
+    (r2med does not fork worker processes under a JVM, so it would run on one core).
+    """
+    import importlib.util
+    import shutil
+
+    missing = [name for name in ("pyserini", "jnius", "gensim") if importlib.util.find_spec(name) is None]
+    if missing:
+        return f"not installed: {', '.join(missing)} (pip install --no-deps pyserini==0.22.1 pyjnius gensim)"
+    if shutil.which("java") is None:
+        return "no java on PATH (Pyserini 0.22.1 needs Java 11+)"
     return None
 
 

@@ -4,15 +4,18 @@ Each worker process analyses a contiguous slice of the corpus and turns it into 
 ids (``vocabulary.provisional_ids``); the parent merges the slices in corpus order, which gives the
 same vocabulary, ids and counts as one pass in one process. Workers are forked, so they read the
 texts from the parent's memory without copying them; only small arrays and term lists come back.
-Where ``fork`` is not available, or the corpus is small, everything runs in this process.
+Where ``fork`` is not available or not safe (a JVM in the process), or the corpus is small,
+everything runs in this process.
 """
 
 from __future__ import annotations
 
+import gc
 import logging
 import multiprocessing
 import os
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 import scipy.sparse as sp
@@ -32,11 +35,27 @@ _ANALYZER: EnglishAnalyzer | None = None
 
 
 def _work(bounds: tuple[int, int]) -> tuple[list[str], np.ndarray, np.ndarray]:
-    start, stop = bounds
+    """One slice ``(start, stop)`` of the texts the forked parent holds."""
+    gc.disable()  # this worker process is ours; its allocations are acyclic lists and strings
     analyzer = _ANALYZER or EnglishAnalyzer()
-    terms, ids, lengths = provisional_ids(analyzer.analyze_many(_TEXTS[start:stop]))
+    terms, ids, lengths = provisional_ids(analyzer.analyze_many(_TEXTS[bounds[0]:bounds[1]]))
     # a slice has far fewer than 2**31 terms: int32 halves what travels back to the parent
     return terms, ids.astype(np.int32), lengths.astype(np.int32)
+
+
+def fork_is_safe() -> bool:
+    """Whether worker processes may be forked from this one.
+
+    Forking copies nothing, but a fork taken while a JVM runs in the process (Pyserini, for one)
+    can deadlock the child, so then everything stays in this process.
+    """
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return False
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            return "libjvm" not in maps.read()
+    except OSError:
+        return True
 
 
 def default_workers() -> int:
@@ -66,21 +85,21 @@ def analyze_and_count(
     workers = default_workers() if workers is None else max(1, workers)
     bounds = [(s, min(s + _SLICE, len(texts))) for s in range(0, len(texts), _SLICE)]
     report = on_progress or (lambda n: None)
-    can_fork = "fork" in multiprocessing.get_all_start_methods()
-    if workers == 1 or len(texts) < MIN_PARALLEL_TEXTS or not can_fork:
+    if workers == 1 or len(texts) < MIN_PARALLEL_TEXTS or not fork_is_safe():
         parts = []
         for start, stop in bounds:
             parts.append(provisional_ids(analyzer.analyze_many(texts[start:stop])))
             report(stop - start)
         return matrix_from_ids(*merge_provisional(parts))
+    parts = []
     _TEXTS, _ANALYZER = texts, analyzer
     try:
-        with multiprocessing.get_context("fork").Pool(workers) as pool:
-            parts = []
-            for (start, stop), part in zip(bounds, pool.imap(_work, bounds)):
+        # a dead worker raises BrokenProcessPool here instead of hanging, as multiprocessing.Pool would
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+            for (start, stop), part in zip(bounds, pool.map(_work, bounds)):
                 parts.append(part)
                 report(stop - start)
     finally:
         _TEXTS, _ANALYZER = (), None
-    logger.debug("analysed %d texts in %d slices on %d processes", len(texts), len(bounds), workers)
+    logger.debug("analysed %d texts in %d slices on %d forked workers", len(texts), len(bounds), workers)
     return matrix_from_ids(*merge_provisional(parts))
