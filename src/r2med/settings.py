@@ -15,6 +15,12 @@ ENV_HOME = "R2MED_HOME"
 ENV_HF_OFFLINE = "HF_HUB_OFFLINE"
 #: Hugging Face token for gated or private repos (never logged or written).
 ENV_HF_TOKEN = "HF_TOKEN"
+#: Key for OpenAI's APIs (never logged or written); read with ``get_secret``.
+ENV_OPENAI_API_KEY = "OPENAI_API_KEY"
+#: Base URL of an OpenAI-compatible server (vLLM, TEI, Infinity, a proxy); unset: https://api.openai.com/v1.
+ENV_OPENAI_BASE_URL = "OPENAI_BASE_URL"
+#: Key for Voyage AI's embedding API (never logged or written); read with ``get_secret``.
+ENV_VOYAGE_API_KEY = "VOYAGE_API_KEY"
 
 _TRUE = {"1", "true", "yes", "on"}
 
@@ -26,6 +32,7 @@ class Settings:
     home: Path
     hf_offline: bool
     hf_token: str | None
+    openai_base_url: str | None = None
 
     @property
     def datasets_dir(self) -> Path:
@@ -44,4 +51,21 @@ def get_settings(environ: dict[str, str] | None = None) -> Settings:
         home=Path(home).expanduser(),
         hf_offline=env.get(ENV_HF_OFFLINE, "").strip().lower() in _TRUE,
         hf_token=env.get(ENV_HF_TOKEN) or None,
+        openai_base_url=(env.get(ENV_OPENAI_BASE_URL) or "").strip() or None,
     )
+
+
+def get_secret(name: str, environ: dict[str, str] | None = None) -> str | None:
+    """The value of the environment variable ``name`` (an API key), or ``None`` when unset or blank.
+
+    The caller must never log, print, cache or put the value in an error message; name the
+    variable instead.
+
+    >>> get_secret("R2MED_TEST_KEY", {"R2MED_TEST_KEY": " sk-1 "})
+    'sk-1'
+    >>> get_secret("R2MED_TEST_KEY", {"R2MED_TEST_KEY": ""}) is None
+    True
+    """
+    env = os.environ if environ is None else environ
+    value = (env.get(name) or "").strip()
+    return value or None
