@@ -87,9 +87,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(f"--top-k must be at least 1, got {args.top_k}")
     settings = get_settings()
     options = RetrieverOptions(
-        cache_dir=None if args.no_cache else settings.index_dir,
+        cache_dir=None if args.no_cache else settings.home,
         progress=not (args.quiet or args.json),
-        bm25_variant=args.bm25_variant, k1=args.k1, b=args.b,
+        bm25_variant=args.bm25_variant, k1=args.k1, b=args.b, device=args.device, batch_size=args.batch_size,
+        query_instruction=args.query_instruction, doc_instruction=args.doc_instruction,
     )
     retriever = make_retriever(args.retriever, options)
     targets = locate(args.tasks, data_dir=args.data_dir, settings=settings)
@@ -108,6 +109,45 @@ def cmd_run(args: argparse.Namespace) -> int:
     rows = [[name, _pct(row["ndcg_at_10"]), _pct(row["recall_at_100"])] for name, row in table.items()]
     print(f"{retriever.name} -> {Path(args.output) / 'base retriever' / retriever.name}")
     print(markdown_table(["dataset", "nDCG@10", "R@100"], rows, align_right=[False, True, True]))
+    return 0
+
+
+# ---------------------------------------------------------------- models
+def _in_paper_order(names: list[str]) -> list[str]:
+    from r2med.datasets.catalog import dataset_names
+
+    order = dataset_names()
+    return sorted(names, key=lambda n: order.index(n) if n in order else len(order))
+
+
+def cmd_models_list(args: argparse.Namespace) -> int:
+    from r2med.reporting.tables import markdown_table
+    from r2med.retrievers.dense.zoo import get_model, model_names
+
+    specs = [get_model(name) for name in model_names()]
+    if args.json:
+        _emit_json([
+            {
+                "name": s.name, "model": s.model, "document_model": s.document_model, "backend": s.backend,
+                "pooling": s.pooling, "normalize": s.normalize, "max_length": [s.query_max_length, s.document_max_length],
+                "params": s.params, "aliases": list(s.aliases),
+                "instructions": {d: {"query": s.instruction("query", d), "document": s.instruction("document", d)}
+                                 for d in _in_paper_order(s.datasets())},
+            }
+            for s in specs
+        ])
+        return 0
+    rows = []
+    for s in specs:
+        model = s.model if not s.document_model or s.document_model == s.model else f"{s.model} / {s.document_model}"
+        length = s.query_max_length if s.query_max_length == s.document_max_length else f"{s.query_max_length}/{s.document_max_length}"
+        rows.append([s.name, model, s.params or "", s.backend, s.pooling or "", length or "", "yes" if s.normalize else "no"])
+    print(markdown_table(["name", "model", "size", "backend", "pooling", "max len", "norm"], rows))
+    if args.instructions:
+        for s in specs:
+            print(f"\n{s.name}:")
+            table = [[d, repr(s.instruction("query", d)), repr(s.instruction("document", d))] for d in _in_paper_order(s.datasets())]
+            print(markdown_table(["dataset", "query instruction", "document instruction"], table) if table else "  (no instructions)")
     return 0
 
 
@@ -223,7 +263,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.set_defaults(func=cmd_evaluate)
 
     rn = sub.add_parser("run", help="run a retriever on R2MED datasets, evaluate, write official result files")
-    rn.add_argument("--retriever", default="bm25", help="retriever name (default bm25)")
+    rn.add_argument("--retriever", default="bm25", metavar="NAME|PATH",
+                    help="bm25, a dense model of the zoo (r2med models list), a local model directory or a hub id (default bm25)")
     rn.add_argument("--bm25-variant", default="r2med", choices=["r2med", "lucene"],
                     help="r2med: the published numbers (gensim LuceneBM25Model, query-side weighting); lucene: Anserini's BM25")
     rn.add_argument("--k1", type=float, default=0.9, help="BM25 k1 (default 0.9)")
@@ -233,9 +274,20 @@ def build_parser() -> argparse.ArgumentParser:
     rn.add_argument("--data-dir", type=Path, default=None, help="one dataset directory or a directory of them (default: the hub)")
     rn.add_argument("--output", type=Path, default=Path("results"), help="results directory (default ./results)")
     rn.add_argument("--top-k", type=int, default=100, help="documents kept per query (default 100)")
-    rn.add_argument("--no-cache", action="store_true", help="neither reuse nor save indexes under R2MED_HOME")
+    rn.add_argument("--query-instruction", default=None, help="dense: instruction prepended to every query (overrides the zoo's)")
+    rn.add_argument("--doc-instruction", default=None, help="dense: instruction prepended to every document (overrides the zoo's)")
+    rn.add_argument("--batch-size", type=int, default=None, help="dense: encoding batch size (default: the model's)")
+    rn.add_argument("--device", default=None, help="dense: cpu, cuda, cuda:N or mps (default: the best available)")
+    rn.add_argument("--no-cache", action="store_true", help="neither reuse nor save indexes and embeddings under R2MED_HOME")
     rn.add_argument("--json", action="store_true", help='print {"<Dataset>": {...}, ..., "average": {...}}')
     rn.set_defaults(func=cmd_run)
+
+    md = sub.add_parser("models", help="the dense model zoo")
+    md_sub = md.add_subparsers(dest="models_command", metavar="ACTION")
+    ml = md_sub.add_parser("list", help="models with size, backend, pooling, max length; --instructions for every dataset's", parents=[common])
+    ml.add_argument("--instructions", action="store_true", help="also print each model's query/document instruction per dataset")
+    ml.add_argument("--json", action="store_true")
+    ml.set_defaults(func=cmd_models_list)
 
     ds = sub.add_parser("datasets", help="list, download, describe and check datasets")
     ds_sub = ds.add_subparsers(dest="datasets_command", metavar="ACTION")

@@ -38,10 +38,6 @@ class Settings:
     def datasets_dir(self) -> Path:
         return self.home / "datasets"
 
-    @property
-    def index_dir(self) -> Path:
-        return self.home / "indexes"
-
 
 def get_settings(environ: dict[str, str] | None = None) -> Settings:
     """Read the settings from ``environ`` (default: the process environment)."""

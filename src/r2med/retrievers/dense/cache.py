@@ -118,7 +118,7 @@ class EmbeddingCache:
             return stored
         if len(missing) < stored.n_chunks:
             logger.info("resuming: %d of %d chunks of %s embeddings are already stored", stored.n_chunks - len(missing), stored.n_chunks, kind)
-        bar = _bar(sum(min(chunk, len(texts) - i * chunk) for i in missing), f"encoding {kind}s", progress)
+        bar = _bar(sum(min(chunk, len(texts) - i * chunk) for i in missing), f"encoding {kind.replace('query', 'querie')}s", progress)
         try:
             for i in missing:
                 part = list(texts[i * chunk : (i + 1) * chunk])
