@@ -48,3 +48,23 @@ def test_identical_ids_are_dropped_and_k_kept(tmp_path):
                              progress=False).retrieve(ds, top_k=2)
     assert list(dropped["a"]) == ["b", "c"]
     assert dropped["a"]["b"] == pytest.approx(0.6)
+
+
+def test_gar_composition_as_the_official_code(tmp_path):
+    ds = load_dir(DATA / "tiny")
+    enc = FakeEncoder()
+    retriever = make(tmp_path, enc)
+    expansions = {"q1": "aspirin lowers fever", "q2": "insulin controls glucose"}
+    run = retriever.retrieve_expanded(ds, expansions, method="hyde", top_k=4)
+    docs = np.stack([enc.vector("document|D: " + t) for t in ds.corpus.values()])
+    for qid in ("q1", "q2"):
+        mean = (enc.vector("query|Q: " + ds.queries[qid]) + enc.vector("query|" + expansions[qid])) / 2
+        cos = docs @ (mean / np.linalg.norm(mean))
+        assert list(run[qid]) == [list(ds.corpus)[i] for i in np.argsort(-cos, kind="stable")]
+        assert list(run[qid].values()) == pytest.approx(sorted(cos.tolist(), reverse=True), abs=1e-6)
+    # q3 has no expansion: its plain query embedding is used
+    assert run["q3"] == retriever.retrieve(ds, top_k=4)["q3"]
+    q2d = retriever.retrieve_expanded(ds, expansions, method="query2doc", top_k=4)
+    joined = enc.vector("query|Q: " + ds.queries["q1"] + "[SEP]" + expansions["q1"])
+    cos = docs @ joined
+    assert list(q2d["q1"]) == [list(ds.corpus)[i] for i in np.argsort(-cos, kind="stable")]

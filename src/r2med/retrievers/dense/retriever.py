@@ -36,6 +36,20 @@ def _normalised(blocks: Iterator[tuple[int, np.ndarray]]) -> Iterator[tuple[int,
         yield offset, l2_normalise(block)
 
 
+def compose_mean(base: np.ndarray, expanded: np.ndarray, qids: list[str], expansions: dict[str, str]) -> np.ndarray:
+    """Per query the mean of its plain embedding and its expansion's (rows of ``expanded`` follow
+    the queries that have an expansion, in order); queries without one keep the plain embedding.
+
+    >>> compose_mean(np.array([[1.0, 0.0], [0.0, 2.0]]), np.array([[0.0, 1.0]]), ["a", "b"], {"a": "x"}).tolist()
+    [[0.5, 0.5], [0.0, 2.0]]
+    """
+    out = np.array(base, dtype=np.float32, copy=True)
+    rows = [i for i, q in enumerate(qids) if q in expansions]
+    if rows:
+        out[rows] = (out[rows] + np.asarray(expanded, dtype=np.float32)) / 2
+    return out
+
+
 @dataclass
 class DenseRetriever:
     """A bi-encoder over a dataset.
@@ -70,6 +84,36 @@ class DenseRetriever:
         qids = list(dataset.queries)
         queries = self.embed_queries(dataset, [dataset.queries[q] for q in qids])
         return self.search(qids, queries, doc_ids, docs.blocks(), top_k=top_k)
+
+    def retrieve_expanded(self, dataset: Dataset, expansions: dict[str, str], *, method: str, top_k: int = 100) -> Run:
+        """Generation-augmented retrieval composed as the official dense numbers were.
+
+        ``query2doc``: one text, ``query + "[SEP]" + expansion``, with the query instruction.
+        Every other method (hyde, lamer, reasoning models' answers, agentic search): the mean of
+        embed(instruction + query) and embed(expansion), the expansion without instruction; then
+        cosine search (so the mean is normalised). Queries without an expansion keep their plain
+        embedding and are counted in a warning.
+        """
+        qids = list(dataset.queries)
+        texts = [dataset.queries[q] for q in qids]
+        missing = [q for q in qids if q not in expansions]
+        if missing:
+            logger.warning("%s: %d queries have no expansion (e.g. %r); they are searched with the query alone", dataset.name, len(missing), missing[0])
+        corpus = dataset.corpus
+        _, doc_instruction = self.instructions(dataset.name)
+        docs = self.cache.embed(self.encoder, list(corpus.values()), kind="document", instruction=doc_instruction,
+                                batch_size=self.batch_size, progress=self.progress)
+        if method == "query2doc":
+            joined = [f"{t}[SEP]{expansions[q]}" if q in expansions else t for q, t in zip(qids, texts)]
+            queries = self.embed_queries(dataset, joined)
+        else:
+            queries = compose_mean(self.embed_queries(dataset, texts), self._embed_expansions(qids, expansions), qids, expansions)
+        return self.search(qids, queries, list(corpus), docs.blocks(), top_k=top_k)
+
+    def _embed_expansions(self, qids: list[str], expansions: dict[str, str]) -> np.ndarray:
+        texts = [expansions[q] for q in qids if q in expansions]
+        stored = self.cache.embed(self.encoder, texts, kind="query", instruction="", batch_size=self.batch_size, progress=self.progress)
+        return stored.array()
 
     def search(self, qids: list[str], queries: np.ndarray, doc_ids: list[str], blocks, *, top_k: int) -> Run:
         """Exact cosine search; one extra candidate per query when identical ids are dropped (BEIR retrieves k+1)."""
