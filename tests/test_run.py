@@ -96,3 +96,16 @@ def test_bm25_run_imports_neither_torch_nor_java(tmp_path):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-1] == "[] 0"
+
+
+def test_identical_ids_option(cli, tmp_path):
+    # a dataset whose query id "d1" is also a relevant document id
+    root = tmp_path / "ds"
+    root.mkdir()
+    (root / "corpus.jsonl").write_text('{"id": "d1", "text": "fever aspirin"}\n{"id": "d2", "text": "fever"}\n')
+    (root / "query.jsonl").write_text('{"id": "d1", "text": "fever aspirin"}\n')
+    (root / "qrels.jsonl").write_text('{"q_id": "d1", "p_id": "d1", "score": 1}\n')
+    kept = cli("run", "--data-dir", root, "--output", tmp_path / "a", "--json", "--no-cache")
+    dropped = cli("run", "--data-dir", root, "--output", tmp_path / "b", "--json", "--no-cache", "--identical-ids", "drop")
+    assert kept.json()["ds"]["ndcg_at_10"] == 1.0
+    assert dropped.json()["ds"]["ndcg_at_10"] == 0.0

@@ -93,6 +93,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         query_instruction=args.query_instruction, doc_instruction=args.doc_instruction,
     )
     retriever = make_retriever(args.retriever, options)
+    if args.identical_ids is not None:  # default: as the official numbers of the family (dense drop, BM25 keep)
+        retriever.ignore_identical_ids = args.identical_ids == "drop"
     targets = locate(args.tasks, data_dir=args.data_dir, settings=settings)
     loaders = [lambda name=name, path=path: load_dataset(name, path=path, settings=settings) for name, path in targets]
 
@@ -278,6 +280,9 @@ def build_parser() -> argparse.ArgumentParser:
     rn.add_argument("--doc-instruction", default=None, help="dense: instruction prepended to every document (overrides the zoo's)")
     rn.add_argument("--batch-size", type=int, default=None, help="dense: encoding batch size (default: the model's)")
     rn.add_argument("--device", default=None, help="dense: cpu, cuda, cuda:N or mps (default: the best available)")
+    rn.add_argument("--identical-ids", choices=["drop", "keep"], default=None,
+                    help="drop documents whose id equals the query id before scoring (BEIR's ignore_identical_ids); "
+                         "default as the official numbers: drop for dense, keep for BM25")
     rn.add_argument("--no-cache", action="store_true", help="neither reuse nor save indexes and embeddings under R2MED_HOME")
     rn.add_argument("--json", action="store_true", help='print {"<Dataset>": {...}, ..., "average": {...}}')
     rn.set_defaults(func=cmd_run)
