@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import base64
+from abc import ABC, abstractmethod
 import contextlib
 import logging
 import re
@@ -51,7 +52,7 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _STATS = ("requests", "retries", "waited_s", "tokens", "texts", "batches", "truncated")
 
 
-class EmbeddingAPI:
+class EmbeddingAPI(ABC):
     """What OpenAI-compatible and Voyage encoders share; subclasses say how a request looks."""
 
     provider: ClassVar[str]
@@ -199,8 +200,9 @@ class EmbeddingAPI:
 
     # -- internals -----------------------------------------------------------------------------
 
+    @abstractmethod
     def _payload(self, inputs: list[str], kind: Kind) -> dict[str, Any]:
-        raise NotImplementedError
+        """The provider's JSON request body for one batch."""
 
     def _prepare(self, texts: Sequence[str], instruction: str) -> tuple[list[str], list[int]]:
         """Instruction + text, cut to ``max_input_tokens``, preprocessed; with each text's token cost."""

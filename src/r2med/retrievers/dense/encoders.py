@@ -13,6 +13,7 @@ raises ``MissingExtraError`` naming ``pip install "r2med[dense]"``.
 from __future__ import annotations
 
 import hashlib
+from abc import ABC, abstractmethod
 import importlib
 import logging
 from collections.abc import Sequence
@@ -153,7 +154,7 @@ def length_sorted_order(texts: Sequence[str]) -> list[int]:
     return sorted(range(len(texts)), key=lambda i: -len(texts[i]))
 
 
-class BaseEncoder:
+class BaseEncoder(ABC):
     """The batching loop shared by the local encoders; subclasses implement ``_encode_batch``."""
 
     name: str
@@ -232,11 +233,13 @@ class BaseEncoder:
             "text_pair": bool(spec.document_pair and kind == "document"),
         }
 
+    @abstractmethod
     def dimension(self, kind: Kind) -> int:
-        raise NotImplementedError
+        """The embedding size of the ``kind`` tower."""
 
+    @abstractmethod
     def _encode_batch(self, texts: list[str], kind: Kind, instruction: str) -> np.ndarray:
-        raise NotImplementedError
+        """Vectors of one batch, rows in the order of ``texts``."""
 
 
 def make_encoder(
