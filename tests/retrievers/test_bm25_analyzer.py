@@ -221,6 +221,24 @@ def test_analyze_many_matches_single_calls_and_survives_a_tiny_cache():
     assert tiny.analyze_many(iter(texts)) == expected
 
 
+@pytest.mark.parametrize("options", [{}, {"stemming": False}, {"stopwords": False}])
+def test_term_ids_equal_provisional_ids_of_the_token_lists(options):
+    from r2med.retrievers.bm25.vocabulary import provisional_ids
+
+    texts = [row["text"] for row in read_jsonl(DATA / "edge_cases.jsonl")]
+    # whitespace that str.split breaks on but Lucene keeps inside a token, stop-word-only and empty texts
+    texts += ["x\u202fy dogs x\u202fy", "", "  \t ", "the of and", "Dogs dogs DOGS cats", "1\u202f000 dogs"]
+    want = provisional_ids([EnglishAnalyzer(**options)(t) for t in texts])
+    for analyzer in (EnglishAnalyzer(**options), EnglishAnalyzer(**options, max_cache_entries=3)):
+        terms, ids, lengths = analyzer.term_ids(texts)
+        assert terms == want[0]
+        assert ids.tolist() == want[1].tolist()
+        assert lengths.tolist() == want[2].tolist()
+    assert [x.tolist() for x in EnglishAnalyzer().term_ids([])[1:]] == [[], []]
+    with pytest.raises(TypeError, match=r"texts\[1\] must be str, got int"):
+        EnglishAnalyzer().term_ids(["ok", 3])
+
+
 def test_chunks_are_cached_once():
     analyzer = EnglishAnalyzer()
     assert analyzer.analyze_many(["Dogs, dogs.", "dogs. Dogs,"]) == [["dog", "dog"], ["dog", "dog"]]

@@ -27,3 +27,22 @@ def test_parallel_counts_equal_serial_counts(monkeypatch):
     # and in one process through the same slicing
     s_vocab, s_counts = parallel.analyze_and_count(texts, EnglishAnalyzer(), workers=1)
     assert s_vocab == vocab and (s_counts != counts).nnz == 0
+
+
+def test_merged_slices_equal_one_pass_on_hand_made_slices():
+    from r2med.retrievers.bm25.vocabulary import merge_slice_counts, provisional_ids, slice_counts
+
+    docs = [["b", "a", "b"], [], ["c", "a"], ["e", "d", "a"], ["d"], ["f", "b", "g", "f"]]
+    vocab, counts = count_matrix(docs)
+    # gensim order: doc 0 brings a, b (sorted); doc 2 brings c; doc 3 brings d, e; doc 5 brings f, g
+    assert vocab == ["a", "b", "c", "d", "e", "f", "g"]
+    for cut in ([2, 4], [1], [3, 5], [1, 2, 3, 4, 5]):
+        bounds = list(zip([0, *cut], [*cut, len(docs)]))
+        parts = [slice_counts(*provisional_ids(docs[a:b])) for a, b in bounds]
+        m_vocab, m_counts = merge_slice_counts(parts)
+        assert m_vocab == vocab
+        assert m_counts.indptr.tolist() == counts.indptr.tolist()
+        assert m_counts.indices.tolist() == counts.indices.tolist()
+        assert m_counts.data.tolist() == counts.data.tolist()
+    empty_vocab, empty = merge_slice_counts([])
+    assert empty_vocab == [] and empty.shape == (0, 0)

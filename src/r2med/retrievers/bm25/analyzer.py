@@ -22,11 +22,15 @@ time goes through the tokenizer (:mod:`r2med.retrievers.bm25.tokenizer`) and the
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import reduce as _reduce
 from operator import iconcat as _iconcat
+
+import numpy as np
 
 from . import _lucene_tables
 from .porter import stem as porter_stem
@@ -178,6 +182,76 @@ class EnglishAnalyzer:
                 self._resume(exc, found, terms, len(out))
             append(terms)
         return out
+
+    def term_ids(self, texts: Sequence[str]) -> tuple[list[str], np.ndarray, np.ndarray]:
+        """``vocabulary.provisional_ids(self.analyze_many(texts))`` without building the token lists.
+
+        Returns ``(terms, ids, lengths)``: the distinct terms in order of first occurrence, the
+        flat term id of every token, and the number of tokens of each text.  Each distinct
+        whitespace chunk is analysed once and its term ids are spread over its occurrences with
+        NumPy; the per-token Python work is one ``str.split`` and one dict lookup per chunk.
+        Terms still come out in order of first occurrence: a term first occurs in the first chunk
+        holding it, and chunks are visited in order of their first occurrence.
+
+        >>> terms, ids, lengths = EnglishAnalyzer().term_ids(["Dogs bark, dogs.", "", "The cat's dogs"])
+        >>> terms, ids.tolist(), lengths.tolist()
+        (['dog', 'bark', 'cat'], [0, 1, 0, 2, 0], [3, 0, 2])
+        """
+        texts = texts if isinstance(texts, Sequence) else list(texts)
+        unsafe = _SPLIT_UNSAFE_SEARCH
+        pieces: list[list[str]] = []
+        append = pieces.append
+        for index, text in enumerate(texts):
+            try:
+                if text.isascii() or not unsafe(text):
+                    append(text.split())
+                    continue
+            except (TypeError, AttributeError):
+                raise TypeError(f"texts[{index}] must be str, got {type(text).__name__}: {text!r:.80}") from None
+            # a whitespace Lucene keeps inside tokens: analyse the whole text; " " marks a term (no chunk has one)
+            append([" " + term for term in self._analyze_tokens(text)])
+        n_texts = len(pieces)
+        chunks_per_text = np.fromiter(map(len, pieces), dtype=np.int64, count=n_texts)
+        chunk_ids: defaultdict[str, int] = defaultdict(itertools.count().__next__)
+        occurrences = np.fromiter(
+            map(chunk_ids.__getitem__, itertools.chain.from_iterable(pieces)),
+            dtype=np.int64,
+            count=int(chunks_per_text.sum()),
+        )
+        del pieces
+        # the terms of each distinct chunk, as ids in order of first occurrence
+        term_ids: defaultdict[str, int] = defaultdict(itertools.count().__next__)
+        new_id = term_ids.__getitem__
+        cached = self._chunks.get
+        store = self._chunks
+        flat: list[int] = []
+        sizes: list[int] = []
+        for chunk in chunk_ids:
+            if chunk[0] == " ":
+                terms: tuple[str, ...] = (chunk[1:],)
+            else:
+                value = cached(chunk)
+                if value is None:
+                    if len(store) >= self.max_cache_entries:
+                        store.clear()
+                    value = store[chunk] = self._chunk_terms(chunk)
+                terms = value
+            flat.extend(map(new_id, terms))
+            sizes.append(len(terms))
+        chunk_size = np.asarray(sizes, dtype=np.int64)
+        chunk_start = np.zeros(len(sizes) + 1, dtype=np.int64)
+        np.cumsum(chunk_size, out=chunk_start[1:])
+        chunk_terms = np.asarray(flat, dtype=np.int64)
+        # spread: occurrence i of chunk c contributes chunk_terms[chunk_start[c] : chunk_start[c] + chunk_size[c]]
+        tokens_per_occurrence = chunk_size[occurrences]
+        token_end = np.cumsum(tokens_per_occurrence)
+        n_tokens = int(token_end[-1]) if len(token_end) else 0
+        offset = chunk_start[occurrences] - (token_end - tokens_per_occurrence)
+        ids = chunk_terms[np.arange(n_tokens, dtype=np.int64) + np.repeat(offset, tokens_per_occurrence)]
+        text_end = np.cumsum(chunks_per_text)
+        token_bounds = np.r_[0, token_end][np.r_[0, text_end]]
+        lengths = np.diff(token_bounds)
+        return list(term_ids), ids, lengths
 
     def clear_cache(self) -> None:
         """Forget every cached chunk and token."""

@@ -1,8 +1,9 @@
 """Analyse a corpus and count its terms on every core.
 
 Each worker process analyses a contiguous slice of the corpus and turns it into provisional term
-ids (``vocabulary.provisional_ids``); the parent merges the slices in corpus order, which gives the
-same vocabulary, ids and counts as one pass in one process. Workers are forked, so they read the
+ids (``EnglishAnalyzer.term_ids``) and counts them per document (``vocabulary.slice_counts``); the
+parent merges the slices in corpus order (``vocabulary.merge_slice_counts``), which gives the same
+vocabulary, ids and counts as one pass in one process. Workers are forked, so they read the
 texts from the parent's memory without copying them; only small arrays and term lists come back.
 Where ``fork`` is not available or not safe (a JVM in the process), or the corpus is small,
 everything runs in this process.
@@ -17,11 +18,10 @@ import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 
-import numpy as np
 import scipy.sparse as sp
 
 from r2med.retrievers.bm25.analyzer import EnglishAnalyzer
-from r2med.retrievers.bm25.vocabulary import matrix_from_ids, merge_provisional, provisional_ids
+from r2med.retrievers.bm25.vocabulary import SliceCounts, merge_slice_counts, slice_counts
 
 logger = logging.getLogger(__name__)
 
@@ -34,13 +34,11 @@ _TEXTS: Sequence[str] = ()
 _ANALYZER: EnglishAnalyzer | None = None
 
 
-def _work(bounds: tuple[int, int]) -> tuple[list[str], np.ndarray, np.ndarray]:
+def _work(bounds: tuple[int, int]) -> SliceCounts:
     """One slice ``(start, stop)`` of the texts the forked parent holds."""
     gc.disable()  # this worker process is ours; its allocations are acyclic lists and strings
     analyzer = _ANALYZER or EnglishAnalyzer()
-    terms, ids, lengths = provisional_ids(analyzer.analyze_many(_TEXTS[bounds[0]:bounds[1]]))
-    # a slice has far fewer than 2**31 terms: int32 halves what travels back to the parent
-    return terms, ids.astype(np.int32), lengths.astype(np.int32)
+    return slice_counts(*analyzer.term_ids(_TEXTS[bounds[0]:bounds[1]]))
 
 
 def fork_is_safe() -> bool:
@@ -88,9 +86,9 @@ def analyze_and_count(
     if workers == 1 or len(texts) < MIN_PARALLEL_TEXTS or not fork_is_safe():
         parts = []
         for start, stop in bounds:
-            parts.append(provisional_ids(analyzer.analyze_many(texts[start:stop])))
+            parts.append(slice_counts(*analyzer.term_ids(texts[start:stop])))
             report(stop - start)
-        return matrix_from_ids(*merge_provisional(parts))
+        return merge_slice_counts(parts)
     parts = []
     _TEXTS, _ANALYZER = texts, analyzer
     try:
@@ -102,4 +100,4 @@ def analyze_and_count(
     finally:
         _TEXTS, _ANALYZER = (), None
     logger.debug("analysed %d texts in %d slices on %d forked workers", len(texts), len(bounds), workers)
-    return matrix_from_ids(*merge_provisional(parts))
+    return merge_slice_counts(parts)

@@ -12,11 +12,22 @@ from __future__ import annotations
 import itertools
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["count_matrix", "gensim_term_order", "matrix_from_ids", "merge_provisional", "provisional_ids", "query_term_counts"]
+__all__ = [
+    "SliceCounts",
+    "count_matrix",
+    "gensim_term_order",
+    "matrix_from_ids",
+    "merge_provisional",
+    "merge_slice_counts",
+    "provisional_ids",
+    "query_term_counts",
+    "slice_counts",
+]
 
 
 def gensim_term_order(tokens_by_first_doc: Sequence[str], first_doc: np.ndarray) -> np.ndarray:
@@ -97,6 +108,92 @@ def merge_provisional(parts: Iterable[tuple[list[str], np.ndarray, np.ndarray]])
     if not all_lengths:
         return [], np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
     return list(provisional), np.concatenate(all_ids), np.concatenate(all_lengths)
+
+
+class SliceCounts(NamedTuple):
+    """Term counts of one contiguous slice of a corpus, over the slice's own provisional term ids.
+
+    ``terms`` lists the slice's distinct terms in order of first occurrence and ``first_row`` the
+    row (within the slice) each first occurs in; ``indptr``, ``indices`` and ``data`` are the CSR
+    arrays of the counts, with the indices of every row sorted and without repeats.
+    """
+
+    terms: list[str]
+    first_row: np.ndarray
+    indptr: np.ndarray
+    indices: np.ndarray
+    data: np.ndarray
+
+
+def slice_counts(terms: list[str], ids: np.ndarray, lengths: np.ndarray) -> SliceCounts:
+    """Count the ``provisional_ids`` of one slice per row (what a worker hands back to the parent).
+
+    >>> part = slice_counts(*provisional_ids([["b", "a", "b"], [], ["c", "a"]]))
+    >>> part.terms, part.first_row.tolist(), part.indptr.tolist(), part.indices.tolist(), part.data.tolist()
+    (['b', 'a', 'c'], [0, 0, 2], [0, 2, 2, 4], [0, 1, 1, 2], [2, 1, 1, 1])
+    """
+    n_rows = len(lengths)
+    indptr = np.zeros(n_rows + 1, dtype=np.int64)
+    np.cumsum(lengths, out=indptr[1:])
+    if len(terms):
+        running = np.maximum.accumulate(ids)  # provisional id i first occurs where the running max reaches i
+        first_pos = np.flatnonzero(np.r_[True, running[1:] > running[:-1]])
+        first_row = np.searchsorted(indptr, first_pos, side="right") - 1
+    else:
+        first_row = np.empty(0, dtype=np.int64)
+    dtype = np.int32 if max(len(terms), int(indptr[-1])) < 2**31 else np.int64
+    counts = sp.csr_matrix(
+        (np.ones(len(ids), dtype=np.int32), ids.astype(dtype), indptr.astype(dtype)), shape=(n_rows, len(terms))
+    )
+    counts.sum_duplicates()  # sorts each row's indices and merges repeats
+    return SliceCounts(list(terms), first_row.astype(np.int64), counts.indptr, counts.indices, counts.data)
+
+
+def merge_slice_counts(parts: Iterable[SliceCounts]) -> tuple[list[str], sp.csr_matrix]:
+    """Vocabulary (gensim order) and counts of the corpus the consecutive slices ``parts`` make up.
+
+    The same result as ``count_matrix`` over the whole corpus: the slices' terms are merged in order
+    of first occurrence, put in gensim's order, and each row's indices sorted again.
+
+    >>> parts = [slice_counts(*provisional_ids(p)) for p in ([["b", "a"]], [["c", "b", "d"], []])]
+    >>> vocab, counts = merge_slice_counts(parts)
+    >>> vocab, counts.toarray().tolist()
+    (['a', 'b', 'c', 'd'], [[1, 1, 0, 0], [0, 1, 1, 1], [0, 0, 0, 0]])
+    """
+    provisional: defaultdict[str, int] = defaultdict(itertools.count().__next__)
+    first_rows: list[np.ndarray] = []
+    remaps, indices, data, row_counts = [], [], [], []
+    n_rows = 0
+    for part in parts:
+        known = len(provisional)
+        remap = np.fromiter(map(provisional.__getitem__, part.terms), dtype=np.int64, count=len(part.terms))
+        first_rows.append(part.first_row[remap >= known] + n_rows)  # the terms new to the corpus
+        remaps.append(remap)
+        indices.append(part.indices)
+        data.append(part.data)
+        row_counts.append(np.diff(part.indptr))
+        n_rows += len(part.indptr) - 1
+    terms = list(provisional)
+    n_terms = len(terms)
+    first_row = np.concatenate(first_rows) if first_rows else np.empty(0, dtype=np.int64)
+    order = gensim_term_order(terms, first_row)
+    final = np.empty(n_terms, dtype=np.int64)
+    final[order] = np.arange(n_terms, dtype=np.int64)
+    nnz = sum(len(i) for i in indices)
+    dtype = np.int32 if max(n_terms, nnz) < 2**31 else np.int64
+    all_indices = np.empty(nnz, dtype=dtype)
+    at = 0
+    for remap, idx in zip(remaps, indices):
+        np.take(final[remap].astype(dtype), idx, out=all_indices[at:at + len(idx)])
+        at += len(idx)
+    indptr = np.zeros(n_rows + 1, dtype=dtype)
+    if row_counts:
+        np.cumsum(np.concatenate(row_counts), out=indptr[1:])
+    values = np.concatenate(data).astype(np.int32) if data else np.empty(0, dtype=np.int32)
+    counts = sp.csr_matrix((values, all_indices, indptr), shape=(n_rows, n_terms))
+    counts.has_sorted_indices = False
+    counts.sort_indices()  # gensim order differs from first-occurrence order within a row's new terms
+    return [terms[i] for i in order.tolist()], counts
 
 
 def matrix_from_ids(terms: list[str], ids: np.ndarray, lengths: np.ndarray) -> tuple[list[str], sp.csr_matrix]:
