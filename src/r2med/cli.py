@@ -103,13 +103,38 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"{result.dataset}: nDCG@10 {_pct(result.scores.rounded()['ndcg_at_10'])} "
                   f"({result.scores.n_queries} queries, {result.seconds:.1f} s) -> {result.files.result}", file=sys.stderr)
 
-    results = run_retriever(retriever, loaders, output=args.output, top_k=args.top_k, on_result=progress)
+    if args.expansion:
+        from r2med.expansion.published import parse_expansion_spec
+        from r2med.pipeline import run_gar
+        from r2med.store.results import SystemPath
+
+        method, llm = parse_expansion_spec(args.expansion)
+
+        def prepared(dataset, queries) -> None:
+            counts = queries.summary()
+            if not args.json and not args.quiet and (counts["fell_back"] or counts["truncated"] or counts["text_differs"]):
+                print(f"{dataset.name}: {counts['fell_back']} of {counts['queries']} expansions unusable -> plain query "
+                      f"({counts['truncated']} traces cut off, answer policy {args.answer_policy}); "
+                      f"{counts['text_differs']} query texts differ from the dataset's", file=sys.stderr)
+
+        results = run_gar(
+            retriever, loaders, method=method, llm=llm, output=args.output, top_k=args.top_k,
+            policy=args.answer_policy, composition=args.bm25_composition, settings=settings,
+            on_prepared=prepared, on_result=progress,
+        )
+        where = SystemPath.gar(args.bm25_composition or method, llm, retriever.name)
+    else:
+        if args.bm25_composition:
+            raise UsageError("--bm25-composition needs --expansion METHOD/LLM")
+        results = run_retriever(retriever, loaders, output=args.output, top_k=args.top_k, on_result=progress)
+        where = None
     table = summarise(results)
     if args.json:
         _emit_json(table)
         return 0
     rows = [[name, _pct(row["ndcg_at_10"]), _pct(row["recall_at_100"])] for name, row in table.items()]
-    print(f"{retriever.name} -> {Path(args.output) / 'base retriever' / retriever.name}")
+    shown = Path(args.output).joinpath(*where.parts) if where else Path(args.output) / "base retriever" / retriever.name
+    print(f"{retriever.name} -> {shown}")
     print(markdown_table(["dataset", "nDCG@10", "R@100"], rows, align_right=[False, True, True]))
     return 0
 
@@ -283,6 +308,15 @@ def build_parser() -> argparse.ArgumentParser:
     rn.add_argument("--identical-ids", choices=["drop", "keep"], default=None,
                     help="drop documents whose id equals the query id before scoring (BEIR's ignore_identical_ids); "
                          "default as the official numbers: drop for dense, keep for BM25")
+    rn.add_argument("--expansion", default=None, metavar="METHOD/LLM",
+                    help="generation-augmented retrieval with these expansions, e.g. hyde/o3-mini or query2doc/gpt4: "
+                         "the dataset directory's, then r2med expand's, then the authors' published ones from the hub")
+    rn.add_argument("--answer-policy", choices=["fallback", "authors", "error"], default="fallback",
+                    help="a reasoning output with no usable answer (trace cut off, empty): fallback = the plain query "
+                         "(default), authors = the whole text as the official code did (to reproduce), error = stop")
+    rn.add_argument("--bm25-composition", default=None, choices=["query2doc-spaced"],
+                    help="BM25 with query2doc: the corrected query + ' ' + query + ' ' + expansion instead of the "
+                         "official glued query*2 (stored under gar/query2doc-spaced/)")
     rn.add_argument("--no-cache", action="store_true", help="neither reuse nor save indexes and embeddings under R2MED_HOME")
     rn.add_argument("--json", action="store_true", help='print {"<Dataset>": {...}, ..., "average": {...}}')
     rn.set_defaults(func=cmd_run)

@@ -68,3 +68,31 @@ def test_gar_composition_as_the_official_code(tmp_path):
     joined = enc.vector("query|Q: " + ds.queries["q1"] + "[SEP]" + expansions["q1"])
     cos = docs @ joined
     assert list(q2d["q1"]) == [list(ds.corpus)[i] for i in np.argsort(-cos, kind="stable")]
+
+
+def test_expansion_files_reach_the_dense_retriever_composed_as_the_official_code(tmp_path):
+    from pathlib import Path
+
+    from r2med.expansion.apply import prepare_queries, retrieve_expanded
+    from r2med.expansion.published import Expansions
+
+    ds = load_dir(DATA / "tiny")
+    enc = FakeEncoder()
+    retriever = make(tmp_path, enc)
+    docs = np.stack([enc.vector("document|D: " + t) for t in ds.corpus.values()])
+    hy = {"q1": "<think>hmm</think> aspirin", "q2": "insulin", "q3": "x"}
+    texts = {"q1": "fever?", "q2": "sugar?", "q3": "q?"}
+
+    def ranking(vector):
+        return [list(ds.corpus)[i] for i in np.argsort(-(docs @ (vector / np.linalg.norm(vector))), kind="stable")]
+
+    # plain query2doc: one text, the file's query + "[SEP]" + expansion, with the query instruction
+    plain = prepare_queries(ds, Expansions("query2doc", "gpt4", dict(hy), texts, Path("f"), ""))
+    run = retrieve_expanded(retriever, ds, plain, top_k=4)
+    assert list(run["q2"]) == ranking(enc.vector("query|Q: sugar?[SEP]insulin"))
+    # a reasoning model's query2doc: the answer, averaged with the instructed query (official r1_mode)
+    r1 = prepare_queries(ds, Expansions("query2doc", "r1-qwen-32b", dict(hy), texts, Path("f"), ""))
+    run = retrieve_expanded(retriever, ds, r1, top_k=4)
+    assert list(run["q1"]) == ranking(enc.vector("query|Q: fever?") + enc.vector("query|aspirin"))
+    with pytest.raises(Exception, match="applies to BM25 only"):
+        retrieve_expanded(retriever, ds, plain, composition="query2doc-spaced")

@@ -53,39 +53,76 @@ def download(spec: DatasetSpec, settings: Settings, *, force: bool = False) -> P
         return folder
     if settings.hf_offline:
         raise MissingResourceError(f"{ENV_HF_OFFLINE} is set, so nothing can be downloaded. {_how_to_get(spec, settings)}")
-    try:
-        from huggingface_hub import hf_hub_download
-        from huggingface_hub.errors import (
-            EntryNotFoundError,
-            HfHubHTTPError,
-            LocalEntryNotFoundError,
-            OfflineModeIsEnabled,
-            RepositoryNotFoundError,
-            RevisionNotFoundError,
-        )
-    except ImportError as exc:  # pragma: no cover - core dependency
-        raise MissingResourceError(f"huggingface_hub is not importable ({exc}); reinstall r2med") from exc
     folder.mkdir(parents=True, exist_ok=True)
     digests = {}
     for name in DATASET_FILES:
-        logger.info("downloading %s/%s@%s", spec.repo, name, spec.revision[:12])
-        try:
-            path = hf_hub_download(
-                repo_id=spec.repo, filename=name, repo_type="dataset", revision=spec.revision,
-                local_dir=str(folder), token=settings.hf_token,
-            )
-        except (OfflineModeIsEnabled, LocalEntryNotFoundError) as exc:
-            raise MissingResourceError(f"the hub cannot be reached ({type(exc).__name__}). {_how_to_get(spec, settings)}") from exc
-        except (RepositoryNotFoundError, RevisionNotFoundError, EntryNotFoundError) as exc:
-            raise MissingResourceError(f"{spec.repo}@{spec.revision[:12]} has no {name} ({type(exc).__name__}): {exc}") from exc
-        except HfHubHTTPError as exc:
-            raise ProviderError(f"the hub failed while downloading {spec.repo}/{name}: {exc}") from exc
-        except OSError as exc:  # connection refused, DNS failure, disk full
-            raise MissingResourceError(f"downloading {spec.repo}/{name} failed ({exc}). {_how_to_get(spec, settings)}") from exc
-        digests[name] = file_sha256(Path(path))
+        digests[name] = file_sha256(fetch_file(spec, name, folder, settings))
     manifest = {"repo": spec.repo, "revision": spec.revision, "sha256": digests}
     write_text_atomic(folder / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return folder
+
+
+def _hub_errors() -> tuple:
+    """(offline, unreachable, missing file/repo/revision, other HTTP) exception classes of huggingface_hub."""
+    from huggingface_hub import errors
+
+    return (
+        errors.OfflineModeIsEnabled,
+        errors.LocalEntryNotFoundError,
+        (errors.RepositoryNotFoundError, errors.RevisionNotFoundError, errors.EntryNotFoundError),
+        errors.HfHubHTTPError,
+    )
+
+
+def fetch_file(spec: DatasetSpec, filename: str, folder: Path, settings: Settings) -> Path:
+    """Download one file of ``spec``'s repo at the pinned revision into ``folder`` (same relative path).
+
+    Raises MissingResourceError (exit 4) when offline, unreachable or the file does not exist at the
+    revision, ProviderError (exit 6) for other hub failures.
+    """
+    if settings.hf_offline:
+        raise MissingResourceError(
+            f"{ENV_HF_OFFLINE} is set, so {spec.repo}/{filename} cannot be downloaded. {_how_to_get(spec, settings)}"
+        )
+    try:
+        from huggingface_hub import hf_hub_download
+    except ImportError as exc:  # pragma: no cover - core dependency
+        raise MissingResourceError(f"huggingface_hub is not importable ({exc}); reinstall r2med") from exc
+    offline, unreachable, missing, http = _hub_errors()
+    logger.info("downloading %s/%s@%s", spec.repo, filename, spec.revision[:12])
+    try:
+        path = hf_hub_download(
+            repo_id=spec.repo, filename=filename, repo_type="dataset", revision=spec.revision,
+            local_dir=str(folder), token=settings.hf_token,
+        )
+    except (offline, unreachable) as exc:
+        raise MissingResourceError(f"the hub cannot be reached ({type(exc).__name__}). {_how_to_get(spec, settings)}") from exc
+    except missing as exc:
+        raise MissingResourceError(f"{spec.repo}@{spec.revision[:12]} has no {filename} ({type(exc).__name__}): {exc}") from exc
+    except http as exc:
+        raise ProviderError(f"the hub failed while downloading {spec.repo}/{filename}: {exc}") from exc
+    except OSError as exc:  # connection refused, DNS failure, disk full
+        raise MissingResourceError(f"downloading {spec.repo}/{filename} failed ({exc}). {_how_to_get(spec, settings)}") from exc
+    return Path(path)
+
+
+def list_files(spec: DatasetSpec, settings: Settings) -> list[str]:
+    """Every file path in ``spec``'s hub repo at the pinned revision (needs the network)."""
+    if settings.hf_offline:
+        raise MissingResourceError(f"{ENV_HF_OFFLINE} is set, so the files of {spec.repo} cannot be listed")
+    from huggingface_hub import HfApi
+
+    offline, unreachable, missing, http = _hub_errors()
+    try:
+        return sorted(
+            HfApi(token=settings.hf_token).list_repo_files(spec.repo, repo_type="dataset", revision=spec.revision)
+        )
+    except (offline, unreachable, OSError) as exc:
+        raise MissingResourceError(f"the hub cannot be reached to list {spec.repo} ({type(exc).__name__}: {exc})") from exc
+    except missing as exc:
+        raise MissingResourceError(f"{spec.repo}@{spec.revision[:12]} not found ({type(exc).__name__}): {exc}") from exc
+    except http as exc:
+        raise ProviderError(f"the hub failed while listing {spec.repo}: {exc}") from exc
 
 
 def cached_sha256(spec: DatasetSpec, settings: Settings) -> dict[str, str]:

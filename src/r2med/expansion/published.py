@@ -1,0 +1,182 @@
+"""Expansion files (``query_with_hydoc.jsonl``): the authors' published ones and any generated one.
+
+The official layout puts an LLM's expansions of a dataset at ``<dataset dir>/<method>/<llm>/query_with_hydoc.jsonl``,
+one JSON object per query: ``{"id", "text", "hy_doc", ...}``. The authors published theirs in the same place of
+each hub dataset repo (``hyde/o3-mini/...``), and ``r2med expand`` writes the same format under
+``<R2MED_HOME>/expansions/<Dataset>/<method>/<llm>/``. :func:`find_expansions` looks in those places in turn:
+
+1. the dataset's own directory (``--data-dir`` or the hub cache), as the authors' code does;
+2. the generated expansions under R2MED_HOME;
+3. the hub repo of an R2MED dataset, downloaded at the pinned revision into the dataset's cache directory.
+
+>>> parse_expansion_spec("hyde/o3-mini")
+('hyde', 'o3-mini')
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from r2med.datasets.catalog import catalog
+from r2med.datasets.model import Dataset
+from r2med.datasets.problems import Problems
+from r2med.datasets.readers import HashingLines, coerce_id, iter_jsonl
+from r2med.errors import InvalidInputError, MissingResourceError, UsageError
+from r2med.settings import Settings, get_settings
+
+logger = logging.getLogger(__name__)
+
+EXPANSION_FILE = "query_with_hydoc.jsonl"
+#: the methods the authors published expansions for (configs of the hub datasets)
+PUBLISHED_METHODS = ("hyde", "query2doc", "lamer", "search-r1", "search-o1")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+
+
+@dataclass(frozen=True)
+class Expansions:
+    """One LLM's expansions of one dataset's queries, as read from a ``query_with_hydoc.jsonl``.
+
+    ``hy_docs`` holds the text exactly as stored (a reasoning model's whole output included);
+    ``texts`` the query text stored beside it, which the authors' code used as the query.
+    """
+
+    method: str
+    llm: str
+    hy_docs: dict[str, str]
+    texts: dict[str, str]
+    path: Path
+    sha256: str
+
+    def __len__(self) -> int:
+        return len(self.hy_docs)
+
+    @property
+    def spec(self) -> str:
+        return f"{self.method}/{self.llm}"
+
+
+def parse_expansion_spec(text: str) -> tuple[str, str]:
+    """``"<method>/<llm>"`` -> ``(method, llm)``; UsageError naming the expected form otherwise.
+
+    >>> parse_expansion_spec("query2doc/qwen-72b/")
+    ('query2doc', 'qwen-72b')
+    """
+    parts = [p for p in str(text).strip().strip("/").split("/") if p]
+    if len(parts) != 2 or not all(_NAME.match(p) for p in parts):
+        raise UsageError(
+            f"--expansion {text!r}: expected METHOD/LLM such as hyde/o3-mini or query2doc/gpt4 "
+            f"(methods published by the authors: {', '.join(PUBLISHED_METHODS)})"
+        )
+    return parts[0], parts[1]
+
+
+def read_expansions(path: Path, *, method: str, llm: str) -> Expansions:
+    """Read and check one expansion file; InvalidInputError (exit 5) listing every bad line.
+
+    Each line needs an ``id`` and a string ``hy_doc`` (an empty one is allowed here and caught when the
+    query is composed); ``text`` is optional. A repeated id keeps its last row (counted as a warning).
+    """
+    path = Path(path)
+    problems = Problems()
+    lines = HashingLines(path, problems)
+    hy_docs: dict[str, str] = {}
+    texts: dict[str, str] = {}
+    name = str(path)
+    for number, row in iter_jsonl(lines):
+        qid = coerce_id(row.get("id", row.get("_id")), field="id", path=name, line=number, problems=problems)
+        hy_doc = row.get("hy_doc")
+        if not isinstance(hy_doc, str):
+            got = "missing" if "hy_doc" not in row else f"{type(hy_doc).__name__} {hy_doc!r:.40}"
+            problems.error(name, number, f'"hy_doc" must be a string, got {got}; regenerate this query or remove the line')
+            continue
+        text = row.get("text")
+        if text is not None and not isinstance(text, str):
+            problems.error(name, number, f'"text" must be a string, got {type(text).__name__}')
+            continue
+        if qid is None:
+            continue
+        if qid in hy_docs:
+            problems.count("duplicate-expansion", name, number, "rows repeat an earlier query id (the last row is used)")
+        hy_docs[qid] = hy_doc
+        if text is not None:
+            texts[qid] = text
+    if not hy_docs and not problems.errors:
+        problems.error(name, None, "no expansions in the file")
+    if problems.errors:
+        raise InvalidInputError(f"{path}: the expansions cannot be used ({len(problems.errors)} problems)", problems.errors)
+    for warning in problems.warnings:
+        logger.warning("%s: %s", path, warning)
+    return Expansions(method=method, llm=llm, hy_docs=hy_docs, texts=texts, path=path, sha256=lines.sha256)
+
+
+def generated_dir(settings: Settings, dataset: str, method: str, llm: str) -> Path:
+    """Where ``r2med expand`` writes (and ``r2med run --expansion`` finds) generated expansions."""
+    return settings.home / "expansions" / dataset / method / llm
+
+
+def local_expansions(root: Path) -> list[tuple[str, str, Path]]:
+    """``(method, llm, file)`` for every ``<root>/<method>/<llm>/query_with_hydoc.jsonl``, sorted."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    return [(p.parent.parent.name, p.parent.name, p) for p in sorted(root.glob(f"*/*/{EXPANSION_FILE}"))]
+
+
+def hub_expansions(dataset: str, settings: Settings | None = None) -> list[tuple[str, str]]:
+    """``(method, llm)`` of every expansion file in an R2MED dataset's hub repo (lists the repo: needs the network)."""
+    from r2med.datasets.hub import list_files
+
+    settings = settings or get_settings()
+    found = []
+    for name in list_files(catalog().get(dataset), settings):
+        parts = name.split("/")
+        if len(parts) == 3 and parts[2] == EXPANSION_FILE:
+            found.append((parts[0], parts[1]))
+    return found
+
+
+def _candidates(dataset: Dataset, method: str, llm: str, settings: Settings) -> list[Path]:
+    places = []
+    if dataset.source:
+        places.append(Path(dataset.source) / method / llm / EXPANSION_FILE)
+    places.append(generated_dir(settings, dataset.name, method, llm) / EXPANSION_FILE)
+    return places
+
+
+def find_expansions(dataset: Dataset, method: str, llm: str, *, settings: Settings | None = None) -> Path:
+    """The expansion file of ``method``/``llm`` for ``dataset`` (see the module docstring for the search order).
+
+    MissingResourceError (exit 4) names every place searched, what is available locally and how to get it.
+    """
+    settings = settings or get_settings()
+    places = _candidates(dataset, method, llm, settings)
+    for place in places:
+        if place.is_file():
+            return place
+    if dataset.name in catalog():
+        from r2med.datasets.hub import cache_dir, fetch_file
+
+        spec = catalog().get(dataset.name)
+        filename = f"{method}/{llm}/{EXPANSION_FILE}"
+        try:
+            return fetch_file(spec, filename, cache_dir(spec, settings), settings)
+        except MissingResourceError as exc:
+            hub_problem = f" The hub copy could not be fetched either: {exc}"
+    else:
+        hub_problem = ""
+    available = sorted({f"{m}/{n}" for root in {p.parents[2] for p in places} for m, n, _ in local_expansions(root)})
+    raise MissingResourceError(
+        f"no {method}/{llm} expansions for {dataset.name}: looked for "
+        + ", ".join(str(p) for p in places)
+        + f". Available here: {', '.join(available) or 'none'}. Generate them with "
+        f"'r2med expand --method {method} --llm-name {llm} --llm-model MODEL --base-url URL --tasks {dataset.name}'"
+        f", or put the file in one of those places.{hub_problem}"
+    )
+
+
+def load_expansions(dataset: Dataset, method: str, llm: str, *, settings: Settings | None = None) -> Expansions:
+    """Find and read ``method``/``llm``'s expansions of ``dataset``."""
+    return read_expansions(find_expansions(dataset, method, llm, settings=settings), method=method, llm=llm)
