@@ -139,6 +139,26 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- fuse
+def cmd_fuse(args: argparse.Namespace) -> int:
+    from r2med.fusion import fuse
+    from r2med.store.runs import read_run, write_trec_run
+
+    runs = [read_run(path) for path in args.runs]
+    options: dict[str, object] = {"depth": args.top_k}
+    if args.method == "rrf":
+        options.update(k=args.k, weights=args.weights)
+    elif args.method == "interpolate":
+        options.update(alpha=args.alpha, norm=args.norm)
+    else:
+        options.update(norm=args.norm, weights=args.weights)
+    fused = fuse(runs, args.method, **options)
+    write_trec_run(fused, args.output, tag=args.method)
+    if not args.quiet:
+        print(f"{args.method} of {len(runs)} runs ({len(fused)} queries) -> {args.output}", file=sys.stderr)
+    return 0
+
+
 # ---------------------------------------------------------------- models
 def _in_paper_order(names: list[str]) -> list[str]:
     from r2med.datasets.catalog import dataset_names
@@ -320,6 +340,18 @@ def build_parser() -> argparse.ArgumentParser:
     rn.add_argument("--no-cache", action="store_true", help="neither reuse nor save indexes and embeddings under R2MED_HOME")
     rn.add_argument("--json", action="store_true", help='print {"<Dataset>": {...}, ..., "average": {...}}')
     rn.set_defaults(func=cmd_run)
+
+    fu = sub.add_parser("fuse", help="fuse runs: RRF, CombSUM, CombMNZ, weighted interpolation")
+    fu.add_argument("runs", nargs="+", type=Path, help="TREC runs or top-k JSONL runs of the same queries")
+    fu.add_argument("--method", default="rrf", choices=["rrf", "combsum", "combmnz", "interpolate"], help="default rrf")
+    fu.add_argument("--k", type=float, default=60, help="RRF's k (default 60)")
+    fu.add_argument("--weights", type=lambda t: [float(x) for x in _csv(t)], default=None, metavar="W1,W2,...",
+                    help="one weight per run (rrf, combsum, combmnz)")
+    fu.add_argument("--alpha", type=float, default=0.5, help="interpolate: alpha * first + (1 - alpha) * second")
+    fu.add_argument("--norm", default="minmax", choices=["minmax", "zscore", "none"], help="score normalisation per query")
+    fu.add_argument("--top-k", type=int, default=100, help="documents kept per query (default 100)")
+    fu.add_argument("--output", "-o", type=Path, required=True, help="the fused TREC run to write")
+    fu.set_defaults(func=cmd_fuse)
 
     md = sub.add_parser("models", help="the dense model zoo")
     md_sub = md.add_subparsers(dest="models_command", metavar="ACTION")

@@ -11,7 +11,7 @@ from typing import IO
 
 from r2med.datasets.problems import Problems
 from r2med.datasets.readers import HashingLines, coerce_id, iter_jsonl
-from r2med.errors import InvalidInputError, UsageError
+from r2med.errors import InvalidInputError, MissingResourceError, UsageError
 from r2med.store.atomic import write_atomic
 from r2med.types import Run
 
@@ -88,6 +88,8 @@ def sniff_is_jsonl(path: Path) -> bool:
 def read_run(path: Path) -> Run:
     """Read a TREC run or a top-k JSONL (detected from the content); InvalidInputError lists every bad line."""
     path = Path(path)
+    if not path.is_file():
+        raise MissingResourceError(f"{path}: run file not found")
     problems = Problems()
     run = Run(name=path.stem)
     lines = HashingLines(path, problems)
