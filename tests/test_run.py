@@ -70,7 +70,9 @@ def test_bad_dataset_keeps_earlier_results_and_exits_5(cli, tmp_path):
     assert result.code == 5
     assert f"{root / 'Bioinformatics' / 'query.jsonl'}:2:" in result.err
     out = tmp_path / "out" / "base retriever" / "bm25"
-    assert sorted(p.name for p in out.iterdir()) == ["Biology.json", "Biology.per_query.jsonl", "Biology.run"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "Biology.json", "Biology.manifest.json", "Biology.per_query.jsonl", "Biology.run"
+    ]
 
 
 def test_unknown_retriever_and_bad_options(cli, tmp_path):

@@ -100,8 +100,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     def progress(result) -> None:
         if not args.json and not args.quiet:
+            how = "stored result reused" if result.reused else f"{result.seconds:.1f} s"
             print(f"{result.dataset}: nDCG@10 {_pct(result.scores.rounded()['ndcg_at_10'])} "
-                  f"({result.scores.n_queries} queries, {result.seconds:.1f} s) -> {result.files.result}", file=sys.stderr)
+                  f"({result.scores.n_queries} queries, {how}) -> {result.files.result}", file=sys.stderr)
 
     if args.expansion:
         from r2med.expansion.published import parse_expansion_spec
@@ -120,13 +121,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         results = run_gar(
             retriever, loaders, method=method, llm=llm, output=args.output, top_k=args.top_k,
             policy=args.answer_policy, composition=args.bm25_composition, settings=settings,
-            on_prepared=prepared, on_result=progress,
+            resume=not args.force, on_prepared=prepared, on_result=progress,
         )
         where = SystemPath.gar(args.bm25_composition or method, llm, retriever.name)
     else:
         if args.bm25_composition:
             raise UsageError("--bm25-composition needs --expansion METHOD/LLM")
-        results = run_retriever(retriever, loaders, output=args.output, top_k=args.top_k, on_result=progress)
+        results = run_retriever(retriever, loaders, output=args.output, top_k=args.top_k, resume=not args.force,
+                                on_result=progress)
         where = None
     table = summarise(results)
     if args.json:
@@ -338,6 +340,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="BM25 with query2doc: the corrected query + ' ' + query + ' ' + expansion instead of the "
                          "official glued query*2 (stored under gar/query2doc-spaced/)")
     rn.add_argument("--no-cache", action="store_true", help="neither reuse nor save indexes and embeddings under R2MED_HOME")
+    rn.add_argument("--resume", dest="force", action="store_false", default=False,
+                    help="reuse a stored result whose manifest shows the same configuration and data (default)")
+    rn.add_argument("--force", dest="force", action="store_true", help="recompute every result even when a matching one is stored")
     rn.add_argument("--json", action="store_true", help='print {"<Dataset>": {...}, ..., "average": {...}}')
     rn.set_defaults(func=cmd_run)
 

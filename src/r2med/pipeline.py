@@ -28,6 +28,32 @@ class DatasetResult:
     scores: Scores
     files: ResultFiles
     seconds: float
+    reused: bool = False
+
+
+def _stored_result(files: ResultFiles) -> Scores:
+    """The scores of a stored result: 5-decimal means from its JSON, per-query values from its JSONL."""
+    import json
+
+    from r2med.store.results import read_result
+
+    per_query = {}
+    with files.per_query.open(encoding="utf-8") as handle:
+        for line in handle:
+            if line.strip():
+                row = json.loads(line)
+                per_query[row.pop("qid")] = row
+    return Scores(dict(read_result(files.result)["test"]), per_query)
+
+
+def reusable(files: ResultFiles, config: dict) -> bool:
+    """Whether a complete stored result was made by exactly ``config`` (its manifest's hash)."""
+    from r2med.manifest import config_sha256, read_manifest
+
+    if not (files.result.is_file() and files.run.is_file() and files.per_query.is_file()):
+        return False
+    manifest = read_manifest(files.result)
+    return manifest is not None and manifest.get("config_sha256") == config_sha256(config)
 
 
 def run_system(
@@ -37,24 +63,51 @@ def run_system(
     *,
     output: Path,
     ignore_identical_ids: bool = False,
+    config_of: Callable[[Dataset], dict] | None = None,
+    details_of: Callable[[Dataset], dict] | None = None,
+    resume: bool = True,
     on_result: Callable[[DatasetResult], None] | None = None,
 ) -> list[DatasetResult]:
     """Search, evaluate and store one system on each dataset, one at a time.
 
     ``search(dataset)`` returns the system's run. ``datasets`` may hold loaders (zero-argument
     callables) so that a dataset is read only when its turn comes and a bad one fails after the
-    earlier ones were written. Each dataset's files are complete on disk before the next starts.
+    earlier ones were written. Each dataset's files are complete on disk before the next starts,
+    the manifest (``<Dataset>.manifest.json``) last. ``config_of(dataset)`` describes everything that
+    determines the run; with ``resume`` a stored result whose manifest has the same configuration
+    (and dataset files) is reused instead of recomputed. ``details_of(dataset)`` adds facts known
+    after the search (LLM usage, fallbacks) to the manifest.
     """
+    from r2med.manifest import build_manifest, write_manifest
+    from r2med.store.results import result_files
+
     results = []
     for item in datasets:
         start = time.perf_counter()
         dataset = item() if callable(item) else item
-        run = search(dataset)
-        scores = evaluate(dataset.qrels, run, ignore_identical_ids=ignore_identical_ids)
-        seconds = time.perf_counter() - start
-        files = write_result(output, where, dataset.name, scores, run, seconds=seconds)
-        logger.info("%s: nDCG@10 %.5f (%d queries) -> %s", dataset.name, scores.aggregate["ndcg_at_10"], scores.n_queries, files.result)
-        result = DatasetResult(dataset.name, scores, files, seconds)
+        config = {
+            "system": str(where),
+            **(config_of(dataset) if config_of is not None else {}),
+            "ignore_identical_ids": ignore_identical_ids,
+            "dataset": {"name": dataset.name, "revision": dataset.revision, "sha256": dict(dataset.sha256)},
+        }
+        files = result_files(output, where, dataset.name)
+        if resume and reusable(files, config):
+            logger.info("%s: reusing the stored result %s (same configuration and data)", dataset.name, files.result)
+            result = DatasetResult(dataset.name, _stored_result(files), files, 0.0, reused=True)
+        else:
+            run = search(dataset)
+            searched = time.perf_counter()
+            scores = evaluate(dataset.qrels, run, ignore_identical_ids=ignore_identical_ids)
+            seconds = time.perf_counter() - start
+            files = write_result(output, where, dataset.name, scores, run, seconds=seconds)
+            timings = {"search": searched - start, "evaluate": time.perf_counter() - searched, "total": seconds}
+            details = details_of(dataset) if details_of is not None else {}
+            write_manifest(files.result, build_manifest(system=str(where), dataset=dataset, config=config,
+                                                        timings=timings, details=details))
+            logger.info("%s: nDCG@10 %.5f (%d queries) -> %s", dataset.name, scores.aggregate["ndcg_at_10"],
+                        scores.n_queries, files.result)
+            result = DatasetResult(dataset.name, scores, files, seconds)
         results.append(result)
         if on_result is not None:
             on_result(result)
@@ -67,13 +120,21 @@ def run_retriever(
     *,
     output: Path,
     top_k: int = 100,
+    resume: bool = True,
     on_result: Callable[[DatasetResult], None] | None = None,
 ) -> list[DatasetResult]:
     """A base retriever on each dataset; results under ``<output>/base retriever/<name>/``."""
     return run_system(
         SystemPath.base(retriever.name), lambda dataset: retriever.retrieve(dataset, top_k=top_k), datasets,
-        output=output, ignore_identical_ids=retriever.ignore_identical_ids, on_result=on_result,
+        output=output, ignore_identical_ids=retriever.ignore_identical_ids,
+        config_of=lambda dataset: {"retriever": _describe(retriever, dataset), "top_k": top_k},
+        resume=resume, on_result=on_result,
     )
+
+
+def _describe(retriever: Retriever, dataset: Dataset) -> dict:
+    describe = getattr(retriever, "describe", None)
+    return describe(dataset.name) if describe is not None else {"retriever": retriever.name}
 
 
 def run_gar(
@@ -87,6 +148,7 @@ def run_gar(
     policy: str = "fallback",
     composition: str | None = None,
     settings: Settings | None = None,
+    resume: bool = True,
     on_prepared: Callable[[Dataset, PreparedQueries], None] | None = None,
     on_result: Callable[[DatasetResult], None] | None = None,
 ) -> list[DatasetResult]:
@@ -95,17 +157,38 @@ def run_gar(
     Results go to ``<output>/gar/<method>/<llm>/<retriever>/``; a non-default BM25 ``composition``
     (``query2doc-spaced``) is stored under its own name in place of the method.
     """
+    from r2med.datasets.readers import file_sha256
     from r2med.expansion.apply import prepare_queries, retrieve_expanded
-    from r2med.expansion.published import load_expansions
+    from r2med.expansion.published import find_expansions, read_expansions
+
+    prepared_of: dict[str, PreparedQueries] = {}
+
+    def config_of(dataset: Dataset) -> dict:
+        path = find_expansions(dataset, method, llm, settings=settings)
+        return {
+            "retriever": _describe(retriever, dataset), "top_k": top_k,
+            "expansion": {"method": method, "llm": llm, "file": str(path), "sha256": file_sha256(path),
+                          "answer_policy": policy, "bm25_composition": composition},
+        }
 
     def search(dataset: Dataset) -> Run:
-        prepared = prepare_queries(dataset, load_expansions(dataset, method, llm, settings=settings), policy=policy)
+        path = find_expansions(dataset, method, llm, settings=settings)
+        prepared = prepare_queries(dataset, read_expansions(path, method=method, llm=llm), policy=policy)
+        prepared_of[dataset.name] = prepared
         if on_prepared is not None:
             on_prepared(dataset, prepared)
         return retrieve_expanded(retriever, dataset, prepared, top_k=top_k, composition=composition)
 
+    def details_of(dataset: Dataset) -> dict:
+        prepared = prepared_of.get(dataset.name)
+        if prepared is None:
+            return {}
+        return {"expansion": {**prepared.summary(), "style": prepared.style,
+                              "fell_back_ids": prepared.fell_back[:100], "truncated_ids": prepared.truncated[:100]}}
+
     where = SystemPath.gar(composition or method, llm, retriever.name)
-    return run_system(where, search, datasets, output=output, ignore_identical_ids=retriever.ignore_identical_ids, on_result=on_result)
+    return run_system(where, search, datasets, output=output, ignore_identical_ids=retriever.ignore_identical_ids,
+                      config_of=config_of, details_of=details_of, resume=resume, on_result=on_result)
 
 
 def summarise(results: list[DatasetResult]) -> dict[str, dict[str, float]]:

@@ -100,6 +100,12 @@ def result_record(dataset: str, model: str, scores: Scores, seconds: float) -> d
     }
 
 
+def result_files(out: Path, where: SystemPath, dataset: str) -> ResultFiles:
+    """Where the files of one (system, dataset) result live."""
+    folder = where.directory(out)
+    return ResultFiles(folder / f"{dataset}.json", folder / f"{dataset}.run", folder / f"{dataset}.per_query.jsonl")
+
+
 def write_result(
     out: Path, where: SystemPath, dataset: str, scores: Scores, run: Run, *, seconds: float, model_name: str | None = None
 ) -> ResultFiles:

@@ -69,6 +69,11 @@ class BM25Retriever:
             name += f"-k1_{self.params.k1:g}-b_{self.params.b:g}"
         return name
 
+    def describe(self, dataset: str) -> dict:
+        """Everything that determines this retriever's run (for manifests and resume keys)."""
+        return {"retriever": "bm25", "variant": self.variant, "k1": self.k1, "b": self.b, "analyzer": ANALYZER_KEY,
+                "ignore_identical_ids": self.ignore_identical_ids}
+
     def _build(self, dataset: Dataset) -> BM25Index:
         from tqdm.auto import tqdm
 

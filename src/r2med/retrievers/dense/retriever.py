@@ -68,6 +68,19 @@ class DenseRetriever:
     ignore_identical_ids: bool = True
     last_counts: dict = field(default_factory=dict)
 
+    def describe(self, dataset: str) -> dict:
+        """Everything that determines this retriever's run (for manifests and resume keys)."""
+        query_instruction, doc_instruction = self.instructions(dataset)
+        key = getattr(self.encoder, "cache_key", None)
+        return {
+            "retriever": self.name,
+            "query_encoder": key("query") if key else type(self.encoder).__name__,
+            "document_encoder": key("document") if key else type(self.encoder).__name__,
+            "query_instruction": query_instruction,
+            "document_instruction": doc_instruction,
+            "ignore_identical_ids": self.ignore_identical_ids,
+        }
+
     def embed_queries(self, dataset: Dataset, texts: list[str]) -> np.ndarray:
         query_instruction, _ = self.instructions(dataset.name)
         stored = self.cache.embed(self.encoder, texts, kind="query", instruction=query_instruction,

@@ -1,0 +1,156 @@
+"""Manifests: what produced a result, written beside it as ``<Dataset>.manifest.json``.
+
+A manifest records the r2med version, Python and the versions of the packages that shape the numbers,
+the dataset (revision and file hashes), the stage's full resolved configuration and its hash, the
+models (ids, revisions, pooling, instructions), prompt hashes, timings, LLM requests and tokens, and
+the hardware. Secrets never enter it: any configuration key that looks like a credential is dropped.
+
+The configuration hash is also what lets a pipeline resume: a stored result whose manifest has the
+same ``config_sha256`` was made by the same configuration on the same data, so it is reused.
+
+>>> config_sha256({"b": 1, "a": [1, 2]}) == config_sha256({"a": [1, 2], "b": 1})
+True
+>>> scrub({"model": "m", "api_key": "sk-...", "nested": {"HF_TOKEN": "x", "k": 1}})
+{'model': 'm', 'nested': {'k': 1}}
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import re
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from r2med.store.atomic import write_text_atomic
+
+MANIFEST_SUFFIX = ".manifest.json"
+#: packages whose versions can change numbers (reported when installed)
+PACKAGES = (
+    "numpy", "scipy", "pytrec-eval-terrier", "huggingface_hub", "torch", "transformers", "sentence-transformers",
+    "peft", "openai", "tqdm",
+)
+_SECRET = re.compile(r"(api[_-]?key|token|secret|password|authorization|credential)", re.IGNORECASE)
+
+
+def scrub(value: Any) -> Any:
+    """A copy of ``value`` without any mapping key that names a credential."""
+    if isinstance(value, dict):
+        return {k: scrub(v) for k, v in value.items() if not _SECRET.search(str(k))}
+    if isinstance(value, (list, tuple)):
+        return [scrub(v) for v in value]
+    return value
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = [_jsonable(v) for v in value]
+        return sorted(items, key=repr) if isinstance(value, (set, frozenset)) else items
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return repr(value)
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(_jsonable(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def config_sha256(config: dict[str, Any]) -> str:
+    """sha256 of the canonical JSON of ``config`` (secrets dropped first)."""
+    return hashlib.sha256(canonical_json(scrub(config)).encode("utf-8")).hexdigest()
+
+
+def package_versions() -> dict[str, str]:
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def hardware() -> dict[str, Any]:
+    """CPU and, when torch is already loaded (never imported here), the GPUs it sees."""
+    info: dict[str, Any] = {"machine": platform.machine(), "processor": platform.processor() or None}
+    try:
+        info["cpus"] = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        info["cpus"] = os.cpu_count()
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        try:
+            if torch.cuda.is_available():
+                info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        except Exception:  # noqa: BLE001 - a broken CUDA setup must not lose a finished result
+            info["gpus"] = "unknown"
+    return info
+
+
+def environment() -> dict[str, Any]:
+    from r2med import __version__
+
+    return {
+        "r2med": __version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "packages": package_versions(),
+        "hardware": hardware(),
+    }
+
+
+def build_manifest(
+    *,
+    system: str,
+    dataset: Any,
+    config: dict[str, Any],
+    timings: dict[str, float],
+    details: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The manifest of one (system, dataset) result; ``dataset`` is an :class:`r2med.datasets.Dataset`."""
+    config = scrub(_jsonable(config))
+    return {
+        "system": system,
+        "dataset": {
+            "name": dataset.name,
+            "revision": dataset.revision,
+            "source": dataset.source,
+            "sha256": dict(dataset.sha256),
+            "documents": len(dataset.doc_ids),
+            "queries": len(dataset.queries),
+        },
+        "config": config,
+        "config_sha256": config_sha256(config),
+        "timings_s": {k: round(v, 3) for k, v in timings.items()},
+        "details": scrub(_jsonable(details or {})),
+        "environment": environment(),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def manifest_path(result_json: Path) -> Path:
+    """``<dir>/<Dataset>.json`` -> ``<dir>/<Dataset>.manifest.json``."""
+    result_json = Path(result_json)
+    return result_json.with_name(result_json.name[: -len(".json")] + MANIFEST_SUFFIX)
+
+
+def write_manifest(result_json: Path, manifest: dict[str, Any]) -> Path:
+    return write_text_atomic(manifest_path(result_json), json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+
+
+def read_manifest(result_json: Path) -> dict[str, Any] | None:
+    """The manifest beside a result JSON, or None when absent or unreadable."""
+    path = manifest_path(result_json)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
