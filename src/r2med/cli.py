@@ -76,6 +76,54 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------- run
+def _pipeline_spec(args: argparse.Namespace):
+    """The pipeline of ``--config FILE`` or of repeated ``--retriever`` flags with ``--fuse``."""
+    from r2med.config import FusionSpec, PipelineSpec, RetrieverSpec, load_spec
+
+    if args.config is not None:
+        given = [flag for flag, value in (("--retriever", args.retriever), ("--expansion", args.expansion),
+                                          ("--fuse", args.fuse), ("--tasks", args.tasks)) if value]
+        if given:
+            raise UsageError(f"--config describes the whole pipeline; drop {', '.join(given)} (or edit the file)")
+        return load_spec(args.config)
+    retrievers = tuple(
+        RetrieverSpec(name=name, bm25_variant=args.bm25_variant, k1=args.k1, b=args.b, device=args.device,
+                      batch_size=args.batch_size, query_instruction=args.query_instruction,
+                      doc_instruction=args.doc_instruction, identical_ids=args.identical_ids)
+        for name in args.retriever
+    )
+    return PipelineSpec(
+        retrievers=retrievers, name=args.name, datasets=tuple(args.tasks) if args.tasks else None,
+        data_dir=args.data_dir, output=args.output, top_k=args.top_k, expansion=args.expansion,
+        answer_policy=args.answer_policy, fusion=FusionSpec(args.fuse or "rrf"),
+    )
+
+
+def cmd_run_pipeline(args: argparse.Namespace) -> int:
+    from r2med.pipeline import run_pipeline, summarise
+    from r2med.reporting.tables import markdown_table
+
+    spec = _pipeline_spec(args)
+
+    def progress(system: str, result) -> None:
+        if not args.json and not args.quiet:
+            how = "stored result reused" if result.reused else f"{result.seconds:.1f} s"
+            print(f"{system}: {result.dataset}: nDCG@10 {_pct(result.scores.rounded()['ndcg_at_10'])} ({how})",
+                  file=sys.stderr)
+
+    stages = run_pipeline(spec, progress=not (args.quiet or args.json), resume=not args.force, on_result=progress)
+    tables = {system: summarise(results) for system, results in stages.items()}
+    if args.json:
+        _emit_json(tables)
+        return 0
+    systems = list(tables)
+    names = list(next(iter(tables.values()))) if tables else []
+    rows = [[name, *(_pct(tables[s][name]["ndcg_at_10"]) for s in systems)] for name in names]
+    print(f"nDCG@10 x100 -> {spec.output}")
+    print(markdown_table(["dataset", *systems], rows, align_right=[False, *([True] * len(systems))]))
+    return 0
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from r2med.datasets import load_dataset, locate
     from r2med.pipeline import run_retriever, summarise
@@ -85,6 +133,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     if args.top_k < 1:
         raise UsageError(f"--top-k must be at least 1, got {args.top_k}")
+    if args.config is not None or len(args.retriever or []) > 1 or args.fuse:
+        if args.no_cache or args.bm25_composition:
+            raise UsageError("--no-cache and --bm25-composition apply to single-retriever runs, not to pipelines")
+        return cmd_run_pipeline(args)
+    args.retriever = (args.retriever or ["bm25"])[0]
     settings = get_settings()
     options = RetrieverOptions(
         cache_dir=None if args.no_cache else settings.home,
@@ -312,8 +365,14 @@ def build_parser() -> argparse.ArgumentParser:
     ev.set_defaults(func=cmd_evaluate)
 
     rn = sub.add_parser("run", help="run a retriever on R2MED datasets, evaluate, write official result files")
-    rn.add_argument("--retriever", default="bm25", metavar="NAME|PATH",
-                    help="bm25, a dense model of the zoo (r2med models list), a local model directory or a hub id (default bm25)")
+    rn.add_argument("--retriever", action="append", default=None, metavar="NAME|PATH",
+                    help="bm25, a dense model of the zoo (r2med models list), a local model directory or a hub id "
+                         "(default bm25); repeat it to fuse several retrievers (see --fuse)")
+    rn.add_argument("--config", type=Path, default=None, metavar="FILE",
+                    help="run the pipeline a TOML file describes (datasets, expansion, retrievers, fusion)")
+    rn.add_argument("--fuse", default=None, choices=["rrf", "combsum", "combmnz", "interpolate"],
+                    help="fuse the runs of the --retriever flags (default rrf when several are given)")
+    rn.add_argument("--name", default=None, help="the fused system's name (results under fusion/<name>/)")
     rn.add_argument("--bm25-variant", default="r2med", choices=["r2med", "lucene"],
                     help="r2med: the published numbers (gensim LuceneBM25Model, query-side weighting); lucene: Anserini's BM25")
     rn.add_argument("--k1", type=float, default=0.9, help="BM25 k1 (default 0.9)")

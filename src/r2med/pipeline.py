@@ -17,6 +17,7 @@ from r2med.store.results import ResultFiles, SystemPath, write_result
 from r2med.types import Run, Scores
 
 if TYPE_CHECKING:
+    from r2med.config import FusionSpec, PipelineSpec
     from r2med.expansion.apply import PreparedQueries
 
 logger = logging.getLogger(__name__)
@@ -204,3 +205,99 @@ def summarise(results: list[DatasetResult]) -> dict[str, dict[str, float]]:
         keys = list(table[results[0].dataset])
         table["average"] = {k: round(sum(row[k] for row in table.values()) / len(results), 5) for k in keys}
     return table
+
+
+def run_pipeline(
+    spec: PipelineSpec,
+    *,
+    settings: Settings | None = None,
+    progress: bool = True,
+    resume: bool = True,
+    on_result: Callable[[str, DatasetResult], None] | None = None,
+) -> dict[str, list[DatasetResult]]:
+    """Run every stage of ``spec``: each retriever (with the expansion, if any), then the fusion.
+
+    Every stage reads from and writes to the store (``spec.output``): with ``resume`` a stage whose
+    stored result has the same configuration and data is not recomputed, and the fusion reads its
+    inputs' stored runs, so rerunning an interrupted or changed pipeline recomputes only what is new.
+    Returns ``{system path: [DatasetResult per dataset]}`` in stage order.
+    """
+    from r2med.datasets import load_dataset, locate
+    from r2med.expansion.published import parse_expansion_spec
+    from r2med.retrievers.registry import RetrieverOptions, make_retriever
+    from r2med.settings import get_settings
+
+    settings = settings or get_settings()
+    targets = locate(list(spec.datasets) if spec.datasets else None, data_dir=spec.data_dir, settings=settings)
+    loaded: dict[str, Dataset] = {}
+
+    def loader(name: str, path: Path | None) -> Callable[[], Dataset]:
+        def load() -> Dataset:
+            if name not in loaded:
+                loaded[name] = load_dataset(name, path=path, settings=settings)
+            return loaded[name]
+        return load
+
+    loaders = [loader(name, path) for name, path in targets]
+    stages: dict[str, list[DatasetResult]] = {}
+    inputs: list[tuple[SystemPath, bool]] = []
+    for rspec in spec.retrievers:
+        options = RetrieverOptions(
+            cache_dir=settings.home, progress=progress, bm25_variant=rspec.bm25_variant, k1=rspec.k1, b=rspec.b,
+            device=rspec.device, batch_size=rspec.batch_size, query_instruction=rspec.query_instruction,
+            doc_instruction=rspec.doc_instruction,
+        )
+        retriever = make_retriever(rspec.name, options)
+        if rspec.identical_ids is not None:
+            retriever.ignore_identical_ids = rspec.identical_ids == "drop"
+        if spec.expansion:
+            method, llm = parse_expansion_spec(spec.expansion)
+            where = SystemPath.gar(method, llm, retriever.name)
+            report = (lambda r, w=str(where): on_result(w, r)) if on_result else None
+            results = run_gar(retriever, loaders, method=method, llm=llm, output=spec.output, top_k=spec.top_k,
+                              policy=spec.answer_policy, settings=settings, resume=resume, on_result=report)
+        else:
+            where = SystemPath.base(retriever.name)
+            report = (lambda r, w=str(where): on_result(w, r)) if on_result else None
+            results = run_retriever(retriever, loaders, output=spec.output, top_k=spec.top_k, resume=resume,
+                                    on_result=report)
+        stages[str(where)] = results
+        inputs.append((where, retriever.ignore_identical_ids))
+    if spec.fusion is not None:
+        where = SystemPath.fusion(spec.name or "+".join(w.system for w, _ in inputs))
+        stages[str(where)] = _run_fusion(spec, spec.fusion, where, inputs, loaders, resume=resume, on_result=on_result)
+    return stages
+
+
+def _run_fusion(
+    spec: PipelineSpec,
+    fusion: FusionSpec,
+    where: SystemPath,
+    inputs: list[tuple[SystemPath, bool]],
+    loaders: list[Callable[[], Dataset]],
+    *,
+    resume: bool,
+    on_result: Callable[[str, DatasetResult], None] | None,
+) -> list[DatasetResult]:
+    """Fuse the stored runs of ``inputs`` per dataset (their manifests' hashes key the fused result)."""
+    from r2med.fusion import fuse
+    from r2med.manifest import read_manifest
+    from r2med.store.results import result_files
+    from r2med.store.runs import read_run
+
+    def config_of(dataset: Dataset) -> dict:
+        hashes = []
+        for system, _ in inputs:
+            manifest = read_manifest(result_files(spec.output, system, dataset.name).result) or {}
+            hashes.append({"system": str(system), "config_sha256": manifest.get("config_sha256")})
+        return {"fusion": {"method": fusion.method, **fusion.options}, "inputs": hashes, "top_k": spec.top_k}
+
+    def search(dataset: Dataset) -> Run:
+        runs = [read_run(result_files(spec.output, system, dataset.name).run) for system, _ in inputs]
+        return fuse(runs, fusion.method, depth=spec.top_k, **fusion.options)
+
+    report = (lambda r: on_result(str(where), r)) if on_result else None
+    # the inputs' own rules already shaped their runs; a query's own id is dropped if any input dropped it
+    drop = any(flag for _, flag in inputs)
+    return run_system(where, search, loaders, output=spec.output, ignore_identical_ids=drop, config_of=config_of,
+                      resume=resume, on_result=report)

@@ -30,3 +30,42 @@ def test_minilm_on_scifact_matches_mteb_and_second_run_encodes_nothing(cli, tmp_
     second = cli("run", "--retriever", model, "--data-dir", folder, "--output", tmp_path / "b", "--json")
     assert second.code == 0, second.err
     assert second.json() == first.json()
+    # a pipeline file: BM25 (r2med variant) + MiniLM + RRF, offline, from the embeddings cached above
+    spec = tmp_path / "pipeline.toml"
+    spec.write_text(
+        "[pipeline]\n"
+        'name = "bm25+minilm"\n'
+        f'data_dir = "{folder}"\n'
+        'output = "fused"\n'
+        '[[retriever]]\nname = "bm25"\nbm25_variant = "r2med"\n'
+        f'[[retriever]]\nname = "{model}"\n'
+        '[fusion]\nmethod = "rrf"\nk = 60\n'
+    )
+    third = cli("run", "--config", spec, "--json")
+    assert third.code == 0, third.err
+    table = third.json()
+    assert table["base retriever/bm25"]["scifact"]["ndcg_at_10"] == 0.67075
+    assert table["base retriever/model"]["scifact"]["ndcg_at_10"] == first.json()["scifact"]["ndcg_at_10"]
+    fused = table["fusion/bm25+minilm"]["scifact"]["ndcg_at_10"]
+    for system in ("base retriever/bm25", "base retriever/model", "fusion/bm25+minilm"):
+        folder_out = tmp_path.joinpath("fused", *system.split("/"))
+        assert {p.name for p in folder_out.iterdir()} == {
+            "scifact.json", "scifact.run", "scifact.per_query.jsonl", "scifact.manifest.json"
+        }
+    # RRF of the two stored runs, recomputed here by hand, gives the stored fused nDCG@10
+    from r2med.evaluation import evaluate
+    from r2med.store.runs import read_run
+
+    runs = [read_run(tmp_path.joinpath("fused", *s.split("/"), "scifact.run")) for s in ("base retriever/bm25", "base retriever/model")]
+    by_hand = {}
+    for qid in runs[0].keys() | runs[1].keys():
+        scores = {}
+        for run in runs:
+            for rank, (did, _) in enumerate(run.ranked(qid), start=1):
+                scores[did] = scores.get(did, 0.0) + 1 / (60 + rank)
+        by_hand[qid] = dict(sorted(scores.items(), key=lambda x: (-x[1], x[0]))[:100])
+    from r2med.datasets import load_dir
+
+    qrels = load_dir(folder).qrels
+    assert round(evaluate(qrels, by_hand, ignore_identical_ids=True).aggregate["ndcg_at_10"], 5) == fused
+    print(f"SciFact nDCG@10: bm25 0.67075, minilm {first.json()['scifact']['ndcg_at_10']}, rrf {fused}")

@@ -55,17 +55,24 @@ class SystemPath:
         return cls("reranker", system, reranker=reranker, top_k=top_k)
 
     @classmethod
+    def fusion(cls, system: str) -> "SystemPath":
+        """A fused pipeline's results: ``fusion/<system>`` (r2med's own; the official tree has none)."""
+        return cls("fusion", system)
+
+    @classmethod
     def parse(cls, text: str) -> "SystemPath":
         parts = [p for p in text.strip("/").split("/") if p]
         if len(parts) == 2 and parts[0] == BASE:
             return cls.base(parts[1])
         if len(parts) == 4 and parts[0] == "gar":
             return cls.gar(parts[1], parts[2], parts[3])
+        if len(parts) == 2 and parts[0] == "fusion":
+            return cls.fusion(parts[1])
         if len(parts) == 4 and parts[0] == "reranker" and parts[3].startswith("top_") and parts[3][4:].isdigit():
             return cls.rerank(parts[1], parts[2], int(parts[3][4:]))
         raise UsageError(
             f"'{text}' is not a system path; expected 'base retriever/<system>', "
-            "'gar/<method>/<llm>/<system>' or 'reranker/<reranker>/<system>/top_<k>'"
+            "'gar/<method>/<llm>/<system>', 'reranker/<reranker>/<system>/top_<k>' or 'fusion/<system>'"
         )
 
     @property
@@ -74,6 +81,8 @@ class SystemPath:
             return (BASE, self.system)
         if self.kind == "gar":
             return ("gar", str(self.method), str(self.llm), self.system)
+        if self.kind == "fusion":
+            return ("fusion", self.system)
         return ("reranker", str(self.reranker), self.system, f"top_{self.top_k}")
 
     def __str__(self) -> str:
