@@ -43,24 +43,24 @@ class SystemPath:
     top_k: int | None = None
 
     @classmethod
-    def base(cls, system: str) -> "SystemPath":
+    def base(cls, system: str) -> SystemPath:
         return cls(BASE, system)
 
     @classmethod
-    def gar(cls, method: str, llm: str, system: str) -> "SystemPath":
+    def gar(cls, method: str, llm: str, system: str) -> SystemPath:
         return cls("gar", system, method=method, llm=llm)
 
     @classmethod
-    def rerank(cls, reranker: str, system: str, top_k: int) -> "SystemPath":
+    def rerank(cls, reranker: str, system: str, top_k: int) -> SystemPath:
         return cls("reranker", system, reranker=reranker, top_k=top_k)
 
     @classmethod
-    def fusion(cls, system: str) -> "SystemPath":
+    def fusion(cls, system: str) -> SystemPath:
         """A fused pipeline's results: ``fusion/<system>`` (r2med's own; the official tree has none)."""
         return cls("fusion", system)
 
     @classmethod
-    def parse(cls, text: str) -> "SystemPath":
+    def parse(cls, text: str) -> SystemPath:
         parts = [p for p in text.strip("/").split("/") if p]
         if len(parts) == 2 and parts[0] == BASE:
             return cls.base(parts[1])
