@@ -8,6 +8,7 @@ Importing this module imports no heavy dependency.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import logging
 import sys
@@ -194,6 +195,58 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- reproduce
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    from r2med.datasets import load_dataset, locate
+    from r2med.pipeline import run_gar, run_retriever
+    from r2med.reporting.tables import markdown_table
+    from r2med.reproduce import compare, load_reference, plan_for, published_reference
+    from r2med.retrievers.registry import RetrieverOptions, make_retriever
+    from r2med.settings import get_settings
+
+    plan = plan_for(args.system)
+    system = str(plan.system)
+    paper = (load_reference(args.reference, system, args.metric) if args.reference
+             else published_reference(system, args.metric))
+    settings = get_settings()
+    retriever = make_retriever(plan.retriever, RetrieverOptions(cache_dir=settings.home, progress=not (args.quiet or args.json),
+                                                                device=args.device, batch_size=args.batch_size))
+    targets = locate(args.tasks, data_dir=args.data_dir, settings=settings)
+    loaders = [lambda name=name, path=path: load_dataset(name, path=path, settings=settings) for name, path in targets]
+    if plan.expansion is not None:
+        results = run_gar(retriever, loaders, method=plan.expansion[0], llm=plan.expansion[1], output=args.output,
+                          policy=plan.answer_policy, settings=settings, resume=not args.force)
+    else:
+        results = run_retriever(retriever, loaders, output=args.output, resume=not args.force)
+    ours = {r.dataset: r.scores.rounded(5)[args.metric] for r in results if args.metric in r.scores.aggregate}
+    if len(ours) < len(results):
+        raise UsageError(f"--metric {args.metric!r} is not among the result metrics (e.g. ndcg_at_10, recall_at_100, mrr)")
+    rows = compare(ours, paper, tolerance=args.tolerance)
+    failed = [r.dataset for r in rows if r.ok is False]
+    if args.json:
+        _emit_json({"system": system, "metric": args.metric, "tolerance": args.tolerance, "ok": not failed,
+                    "datasets": {r.dataset: {"ours": r.ours, "paper": r.paper, "difference": r.difference, "ok": r.ok}
+                                 for r in rows}})
+        return 1 if failed else 0
+
+    def cell(value):
+        return "-" if value is None else _pct(value)
+
+    table = [[r.dataset, cell(r.ours), cell(r.paper),
+              "-" if r.difference is None else f"{r.difference * 100:+.2f}",
+              {True: "ok", False: "DIFFERENT", None: "not compared"}[r.ok]] for r in rows]
+    print(f"{system} ({retriever.name}{', answer policy ' + plan.answer_policy if plan.expansion else ''}): "
+          f"{args.metric} x100, ours vs the paper, tolerance {args.tolerance * 100:.2f}")
+    print(markdown_table(["dataset", "ours", "paper", "diff", "status"], table,
+                         align_right=[False, True, True, True, False]))
+    compared = [r for r in rows if r.ok is not None]
+    if failed:
+        print(f"{len(failed)} of {len(compared)} datasets differ by more than the tolerance: {', '.join(failed)}")
+        return 1
+    print(f"all {len(compared)} compared datasets match")
+    return 0
+
+
 # ---------------------------------------------------------------- fuse
 def cmd_fuse(args: argparse.Namespace) -> int:
     from r2med.fusion import fuse
@@ -336,6 +389,10 @@ def cmd_datasets_validate(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------- parser
+#: modules of r2med.commands registered as subcommands (their imports are light: work is imported lazily)
+COMMAND_MODULES = ("leaderboard", "compare", "report")
+
+
 def build_parser() -> argparse.ArgumentParser:
     # -q/-v work before and after the subcommand; SUPPRESS keeps a subcommand from resetting them
     common = argparse.ArgumentParser(add_help=False)
@@ -405,6 +462,22 @@ def build_parser() -> argparse.ArgumentParser:
     rn.add_argument("--json", action="store_true", help='print {"<Dataset>": {...}, ..., "average": {...}}')
     rn.set_defaults(func=cmd_run)
 
+    rp = sub.add_parser("reproduce", help="run a published system's configuration and compare with the paper's numbers")
+    rp.add_argument("system", help="official path, e.g. 'base retriever/bm25' or 'gar/hyde/gpt4/nv'")
+    rp.add_argument("--tasks", type=_csv, default=None, metavar="NAMES", help="dataset names or 'all' (default all 8)")
+    rp.add_argument("--data-dir", type=Path, default=None, help="one dataset directory or a directory of them (default: the hub)")
+    rp.add_argument("--output", type=Path, default=Path("results"), help="results directory (default ./results)")
+    rp.add_argument("--metric", default="ndcg_at_10", help="metric compared (default ndcg_at_10)")
+    rp.add_argument("--tolerance", type=float, default=0.0001,
+                    help="largest accepted |ours - paper| on the 0-1 scale (default 0.0001 = 0.01 points)")
+    rp.add_argument("--reference", type=Path, default=None,
+                    help='JSON of reference values {"<Dataset>": {"ndcg_at_10": ...}} instead of the paper\'s')
+    rp.add_argument("--device", default=None, help="dense: cpu, cuda, cuda:N or mps")
+    rp.add_argument("--batch-size", type=int, default=None, help="dense: encoding batch size")
+    rp.add_argument("--force", action="store_true", help="recompute even when a matching result is stored")
+    rp.add_argument("--json", action="store_true")
+    rp.set_defaults(func=cmd_reproduce)
+
     fu = sub.add_parser("fuse", help="fuse runs: RRF, CombSUM, CombMNZ, weighted interpolation")
     fu.add_argument("runs", nargs="+", type=Path, help="TREC runs or top-k JSONL runs of the same queries")
     fu.add_argument("--method", default="rrf", choices=["rrf", "combsum", "combmnz", "interpolate"], help="default rrf")
@@ -445,6 +518,12 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--data-dir", type=Path, default=None, help="one dataset directory or a directory of them (default: the hub cache)")
         p.add_argument("--json", action="store_true")
         p.set_defaults(func=func)
+
+    # subcommands living in r2med.commands.<name>: each module's register(subparsers, common) adds its
+    # parser with parents=[common] itself, so hand it the plain add_parser
+    sub.add_parser = _add_parser  # type: ignore[method-assign]
+    for module in COMMAND_MODULES:
+        importlib.import_module(f"r2med.commands.{module}").register(sub, common)
     return parser
 
 

@@ -1,0 +1,52 @@
+"""``r2med compare A B [--results DIR] [--tasks ...]``: paired tests from per-query metrics."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from r2med.commands.leaderboard import add_command_parser, emit
+from r2med.errors import UsageError
+
+
+def _csv(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from r2med.reporting.compare import compare_systems, format_comparison, resolve_system
+
+    if args.n_resamples < 1:
+        raise UsageError(f"--n-resamples must be at least 1, got {args.n_resamples}")
+    if not 0 < args.confidence < 1:
+        raise UsageError(f"--confidence must be between 0 and 1 (e.g. 0.95), got {args.confidence}")
+    a = resolve_system(args.a, results=args.results)
+    b = resolve_system(args.b, results=args.results)
+    cmp = compare_systems(a, b, datasets=args.tasks, metric=args.metric, n_resamples=args.n_resamples,
+                          seed=args.seed, confidence=args.confidence)
+    emit(format_comparison(cmp, args.format), args.output)
+    return 0
+
+
+def register(subparsers, common_parent: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    parser = add_command_parser(
+        subparsers, common_parent, "compare",
+        help="compare two systems per dataset with paired significance tests",
+        description="A and B are result folders (results/base retriever/bm25), system paths under --results, or "
+                    "paper:<published path>. Per dataset: mean difference A-B, paired randomization test, paired "
+                    "t-test, paired bootstrap CI, wins/ties/losses; Holm correction across datasets; a pooled test "
+                    "over all paired queries. Published numbers are aggregates: no test is possible against them.",
+    )
+    parser.add_argument("a", metavar="A", help="first system (differences are A - B)")
+    parser.add_argument("b", metavar="B", help="second system")
+    parser.add_argument("--results", type=Path, default=None, help="result directory that A and B are paths in")
+    parser.add_argument("--tasks", type=_csv, default=None, metavar="NAMES",
+                        help="comma-separated datasets (default: every dataset either system has)")
+    parser.add_argument("--metric", default="ndcg_at_10", help="official key (default ndcg_at_10)")
+    parser.add_argument("--n-resamples", type=int, default=10000, help="permutations and bootstrap resamples (default 10000)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random generator (default 0)")
+    parser.add_argument("--confidence", type=float, default=0.95, help="confidence level of the interval (default 0.95)")
+    parser.add_argument("--format", choices=["md", "json"], default="md", help="output format (default md)")
+    parser.add_argument("-o", "--output", type=Path, default=None, help="write to this file instead of stdout")
+    parser.set_defaults(func=cmd_compare)
+    return parser

@@ -1,0 +1,52 @@
+"""``r2med report RESULT_DIR -o report.html``: one self-contained HTML page."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from r2med.commands.leaderboard import add_command_parser
+from r2med.errors import UsageError
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from r2med.reporting.report import ReportOptions, write_report
+
+    for name in ("top", "max_doc_chars", "n_resamples"):
+        if getattr(args, name) < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if args.max_queries is not None and args.max_queries < 1:
+        raise UsageError(f"--max-queries must be at least 1, got {args.max_queries}")
+    options = ReportOptions(
+        metric=args.metric, system_a=args.a, system_b=args.b, with_paper=args.with_paper, data_dir=args.data_dir,
+        top=args.top, max_doc_chars=args.max_doc_chars, max_queries=args.max_queries,
+        n_resamples=args.n_resamples, seed=args.seed,
+    )
+    path = write_report(args.result_dir, args.output, options)
+    print(path)
+    return 0
+
+
+def register(subparsers, common_parent: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    parser = add_command_parser(
+        subparsers, common_parent, "report",
+        help="write a self-contained HTML report (leaderboard, per-query wins/losses, drill-down)",
+        description="One HTML file with no external resource: the leaderboard with bars per dataset, the per-query "
+                    "comparison of two systems (A, B: default the two best with per-query files) and a per-query "
+                    "drill-down (query, expansion, top documents with relevance marks and scores).",
+    )
+    parser.add_argument("result_dir", type=Path, metavar="RESULT_DIR", help="result directory (written by 'r2med run')")
+    parser.add_argument("-o", "--output", type=Path, default=Path("report.html"), help="HTML file (default report.html)")
+    parser.add_argument("--a", default=None, metavar="SYSTEM", help="system path of A (e.g. 'base retriever/bm25')")
+    parser.add_argument("--b", default=None, metavar="SYSTEM", help="system path of B")
+    parser.add_argument("--metric", default="ndcg_at_10", help="official key (default ndcg_at_10)")
+    parser.add_argument("--with-paper", action="store_true", help="add the published systems to the leaderboard")
+    parser.add_argument("--data-dir", type=Path, default=None,
+                        help="dataset directories for query/document texts and judgements (default: the hub cache)")
+    parser.add_argument("--top", type=int, default=10, help="documents shown per query (default 10)")
+    parser.add_argument("--max-doc-chars", type=int, default=400, help="characters of each document shown (default 400)")
+    parser.add_argument("--max-queries", type=int, default=None, help="queries shown per dataset (default all)")
+    parser.add_argument("--n-resamples", type=int, default=10000, help="permutations and bootstrap resamples (default 10000)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random generator (default 0)")
+    parser.set_defaults(func=cmd_report)
+    return parser

@@ -1,0 +1,163 @@
+"""The published numbers: all 71 systems of R2MED's results, as package data.
+
+``r2med/data/official_results.json`` holds, per official path (``base retriever/bm25``,
+``gar/hyde/gpt4/nv``, ``reranker/monobert/nv/top_10``, ...), each dataset's published test metrics.
+The authors' files use two key styles (``ndcg_at_10`` and ``NDCG@10``); here every key is read
+through ``normalise_metric`` so the rest of r2med only sees the official keys.
+
+A published system's average is the mean of its 8 published per-dataset values (5 decimals, as
+published). That reproduces the paper's table for every system, MedCPT included (7.87; the online
+leaderboard's 9.02 has no per-dataset numbers behind it and is only quoted as a note).
+
+>>> bm25 = published("base retriever/bm25")
+>>> bm25.name, round(100 * bm25.values("ndcg_at_10")["Biology"], 3)
+('BM25', 19.188)
+>>> published("reranker/mono/top_10").path   # the official repository's own spelling
+'reranker/monobert/nv/top_10'
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from types import MappingProxyType
+
+from r2med.registry import Registry
+
+_FAMILY = {"ndcg": "ndcg_at", "map": "map_at", "p": "precision_at", "precision": "precision_at", "recall": "recall_at"}
+_AT_RE = re.compile(r"^(ndcg|map|p|precision|recall)@(\d+)$")
+
+
+def normalise_metric(key: str) -> str:
+    """The official key (``ndcg_at_10``, ``precision_at_1``, ``mrr``) of a metric name in either style.
+
+    >>> [normalise_metric(k) for k in ("NDCG@10", "P@1", "Recall@100", "MAP@25", "MRR", "ndcg_at_10", " nDCG@5 ")]
+    ['ndcg_at_10', 'precision_at_1', 'recall_at_100', 'map_at_25', 'mrr', 'ndcg_at_10', 'ndcg_at_5']
+    """
+    name = key.strip().lower()
+    match = _AT_RE.match(name)
+    if match:
+        return f"{_FAMILY[match.group(1)]}_{match.group(2)}"
+    if name == "recip_rank":
+        return "mrr"
+    return name
+
+
+def normalise_metrics(values: Mapping[str, object]) -> dict[str, float]:
+    """The numeric entries of ``values`` under official keys (non-numbers are left out).
+
+    >>> normalise_metrics({"NDCG@10": 0.5, "MRR": 1, "note": "x"})
+    {'ndcg_at_10': 0.5, 'mrr': 1.0}
+    """
+    return {
+        normalise_metric(k): float(v)  # type: ignore[arg-type]
+        for k, v in values.items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
+
+
+def _label(table: Mapping[str, str], name: str) -> str:
+    return table.get(name, name)
+
+
+def display_name(path: str, labels: Mapping[str, Mapping[str, str]] | None = None) -> str:
+    """A readable name for a system path.
+
+    >>> display_name("base retriever/nv"), display_name("gar/hyde/gpt4/bm25")
+    ('NV-Embed-v2', 'HyDE (gpt4) + BM25')
+    >>> display_name("reranker/monobert/nv/top_10"), display_name("my/own")
+    ('monoBERT top-10 on NV-Embed-v2', 'my/own')
+    """
+    labels = _data()["labels"] if labels is None else labels
+    retrievers, methods, rerankers = labels.get("retriever", {}), labels.get("method", {}), labels.get("reranker", {})
+    parts = path.split("/")
+    if len(parts) == 2 and parts[0] == "base retriever":
+        return _label(retrievers, parts[1])
+    if len(parts) == 4 and parts[0] == "gar":
+        return f"{_label(methods, parts[1])} ({parts[2]}) + {_label(retrievers, parts[3])}"
+    if len(parts) == 4 and parts[0] == "reranker" and parts[3].startswith("top_"):
+        return f"{_label(rerankers, parts[1])} top-{parts[3][4:]} on {_label(retrievers, parts[2])}"
+    return path
+
+
+@dataclass(frozen=True)
+class PublishedSystem:
+    """One published system: its official path, a display name and dataset -> metric -> value (0-1)."""
+
+    path: str
+    name: str
+    scores: Mapping[str, Mapping[str, float]]
+    note: str | None = None
+
+    def values(self, metric: str = "ndcg_at_10") -> dict[str, float]:
+        """Dataset -> published value of ``metric`` (datasets without it are left out)."""
+        key = normalise_metric(metric)
+        return {ds: m[key] for ds, m in self.scores.items() if key in m}
+
+
+@lru_cache(maxsize=1)
+def _data() -> dict:
+    text = resources.files("r2med").joinpath("data/official_results.json").read_text(encoding="utf-8")
+    return json.loads(text)
+
+
+def official_tree_path(parts: tuple[str, ...]) -> str:
+    """The published path of a system directory of the official repository's results/ tree.
+
+    The official tree stores rerankers as ``reranker/<short>/top_<k>`` (no retriever level: they
+    reranked NV-Embed-v2); every other path is already in the published form.
+
+    >>> official_tree_path(("reranker", "mono", "top_10")), official_tree_path(("gar", "hyde", "gpt4", "nv"))
+    ('reranker/monobert/nv/top_10', 'gar/hyde/gpt4/nv')
+    """
+    tree = _data()["official_tree"]
+    if len(parts) == 3 and parts[0] == "reranker" and parts[2].startswith("top_"):
+        name = tree["reranker_names"].get(parts[1], parts[1])
+        return "/".join(("reranker", name, tree["reranker_retriever"], parts[2]))
+    return "/".join(parts)
+
+
+@lru_cache(maxsize=1)
+def _registry() -> Registry[PublishedSystem]:
+    data = _data()
+    systems = {}
+    for path, datasets in data["results"].items():
+        scores = {ds: MappingProxyType(normalise_metrics(metrics)) for ds, metrics in datasets.items()}
+        systems[path] = PublishedSystem(path, display_name(path, data["labels"]), MappingProxyType(scores),
+                                        data.get("notes", {}).get(path))
+    aliases = {}
+    for short in data["official_tree"]["reranker_names"]:
+        for k in ("10", "100"):
+            alias = f"reranker/{short}/top_{k}"
+            if official_tree_path(tuple(alias.split("/"))) in systems:
+                aliases[alias] = official_tree_path(tuple(alias.split("/")))
+    return Registry("published system", systems, aliases)
+
+
+def published_paths() -> list[str]:
+    """The official paths of all published systems, in the file's order."""
+    return _registry().names()
+
+
+def published_systems() -> list[PublishedSystem]:
+    """All published systems (71), in the file's order."""
+    return [_registry().get(p) for p in published_paths()]
+
+
+def is_published(path: str) -> bool:
+    """True when ``path`` (or the official tree's spelling of it) names a published system."""
+    return path.strip("/") in _registry()
+
+
+def published(path: str) -> PublishedSystem:
+    """The published system at ``path``; UsageError with a suggestion and the valid paths if unknown."""
+    return _registry().get(path.strip("/"))
+
+
+def notes() -> dict[str, str]:
+    """Notes on particular published numbers (path -> text)."""
+    return dict(_data().get("notes", {}))

@@ -1,0 +1,310 @@
+"""A self-contained HTML report: leaderboard with bars, per-query wins/losses, per-query drill-down.
+
+The page is one file with no external resource and no script: the plots are matplotlib SVGs
+inlined in the page, the page is rendered by jinja2 with autoescaping, so every text that comes
+from data (query and document texts, expansions, system and file names) is shown as text. A
+Content-Security-Policy meta tag forbids scripts and network requests as a second line.
+
+The drill-down needs the datasets' texts and judgements: from ``data_dir`` or the hub cache under
+R2MED_HOME (never downloaded here). Without them the runs' document ids and scores are shown and
+a note says what to pass. A GAR system's expansion is read from the official local layout,
+``<dataset dir>/<method>/<llm>/query_with_hydoc.jsonl``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from r2med.errors import InvalidInputError, MissingExtraError, MissingResourceError, R2MedError, UsageError
+from r2med.reporting.compare import SystemSource, compare_systems, comparison_rows
+from r2med.reporting.leaderboard import Row, SystemResults, board, build_rows, discover, legend_text, paper_results, pct
+from r2med.settings import Settings, get_settings
+
+logger = logging.getLogger(__name__)
+
+_TEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
+        "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+
+
+def latex_escape(value: object) -> str:
+    """Text made safe for LaTeX (every expression of a ``.tex`` template goes through this).
+
+    >>> print(latex_escape("gar/hyde_1 & 50% {x}"))
+    gar/hyde\\_1 \\& 50\\% \\{x\\}
+    """
+    return "".join(_TEX.get(ch, ch) for ch in str(value))
+
+
+@lru_cache(maxsize=2)
+def _environment(tex: bool):
+    try:
+        import jinja2
+    except ImportError:
+        raise MissingExtraError("jinja2", "report", "HTML and LaTeX output") from None
+    loader = jinja2.PackageLoader("r2med", "reporting/templates")
+    if tex:
+        return jinja2.Environment(loader=loader, autoescape=False, finalize=latex_escape, keep_trailing_newline=True,
+                                  undefined=jinja2.StrictUndefined)
+    return jinja2.Environment(loader=loader, autoescape=True, undefined=jinja2.StrictUndefined)
+
+
+def render_template(name: str, **context: object) -> str:
+    """Render a packaged template: ``*.html.j2`` autoescaped, ``*.tex.j2`` LaTeX-escaped."""
+    return _environment(name.endswith(".tex.j2")).get_template(name).render(**context)
+
+
+def _figure(width: float, height: float):
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise MissingExtraError("matplotlib", "report", "the report's plots") from None
+    return Figure(figsize=(width, height), layout="constrained")
+
+
+def figure_svg(fig, salt: str):
+    """An inline ``<svg>`` element of a matplotlib figure (text kept as escaped text, no date), as
+    ``markupsafe.Markup`` so that the page's autoescaping inserts it as markup."""
+    import matplotlib
+    from markupsafe import Markup
+
+    buffer = io.StringIO()
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": salt}):
+        fig.savefig(buffer, format="svg", metadata={"Date": None}, bbox_inches="tight")
+    text = buffer.getvalue()
+    return Markup(text[text.index("<svg"):])  # matplotlib escapes every text it writes into the SVG
+
+
+def leaderboard_svg(rows: Sequence[Row], datasets: Sequence[str]):
+    """One horizontal bar panel per dataset and for the average (x100); published rows grey."""
+    labels = [f"{r.name} [paper]" if r.published else r.system for r in rows]
+    columns = [*datasets, "Avg"]
+    table = [[(r.average if column == "Avg" else r.values.get(column)) for r in rows] for column in columns]
+    top = max([100 * v for values in table for v in values if v is not None] + [1.0]) * 1.2
+    fig = _figure(15, 3 * (0.9 + 0.24 * len(rows)))
+    axes = fig.subplots(3, 3, sharey=True, sharex=True).ravel()
+    positions = list(range(len(rows)))
+    colors = ["#9e9e9e" if r.published else "#1f77b4" for r in rows]
+    for ax, column, values in zip(axes, columns, table):
+        ax.barh(positions, [100 * v if v is not None else 0 for v in values], color=colors)
+        for y, v in zip(positions, values):
+            ax.text((100 * v if v is not None else 0) + top / 100, y, pct(v) if v is not None else "n/a",
+                    va="center", fontsize=7)
+        ax.set_title(column, fontsize=10)
+        ax.set_yticks(positions, labels, fontsize=8)
+        ax.grid(axis="x", alpha=0.3)
+    axes[0].set_xlim(0, top)
+    axes[0].invert_yaxis()  # the axes share y: the best system on top in every panel
+    return figure_svg(fig, "leaderboard")
+
+
+def win_loss_svg(comparison):
+    """Per tested dataset, each query's A - B (x100), sorted: wins green, losses red."""
+    tested = [r for r in comparison.datasets if r.test is not None]
+    cols = min(4, len(tested))
+    rows_n = -(-len(tested) // cols)
+    fig = _figure(4 * cols, 2.6 * rows_n)
+    axes = fig.subplots(rows_n, cols, squeeze=False).ravel()
+    for ax, r in zip(axes, tested):
+        diffs = sorted((100 * d for _, d in r.diffs), reverse=True)
+        colors = ["#2ca02c" if d > 0 else "#d62728" if d < 0 else "#9e9e9e" for d in diffs]
+        ax.bar(range(len(diffs)), diffs, width=1.0, color=colors)
+        ax.axhline(0, color="black", linewidth=0.6)
+        t = r.test
+        ax.set_title(f"{r.dataset}: {t.wins}/{t.ties}/{t.losses}, p={t.permutation_p:.3g}", fontsize=9)
+        ax.set_xlabel("queries (sorted)", fontsize=8)
+        ax.set_ylabel("A - B (x100)", fontsize=8)
+    for ax in axes[len(tested):]:
+        ax.set_visible(False)
+    return figure_svg(fig, "winloss")
+
+
+@dataclass(frozen=True)
+class ReportOptions:
+    """What the report shows. ``system_a``/``system_b``: system paths in the result directory
+    (default: the two best with per-query files)."""
+
+    metric: str = "ndcg_at_10"
+    system_a: str | None = None
+    system_b: str | None = None
+    with_paper: bool = False
+    data_dir: Path | None = None
+    top: int = 10
+    max_doc_chars: int = 400
+    max_queries: int | None = None
+    n_resamples: int = 10000
+    seed: int = 0
+
+
+def _has_per_query(s: SystemResults) -> bool:
+    return s.directory is not None and any(s.directory.glob("*.per_query.jsonl"))
+
+
+def _pick(systems: dict[str, SystemResults], rows: Sequence[Row], wanted: str | None, skip: str | None) -> str | None:
+    if wanted is not None:
+        key = wanted.strip("/")
+        if key not in systems:
+            raise UsageError(f"system '{wanted}' is not in the result directory; there: {', '.join(systems)}")
+        return key
+    ranked = [r.system for r in rows if not r.published and r.system in systems]
+    return next((s for s in ranked if s != skip and _has_per_query(systems[s])), None)
+
+
+def _dataset_dir(name: str, data_dir: Path | None, settings: Settings) -> tuple[Path | None, str | None]:
+    from r2med.datasets.catalog import get_spec
+    from r2med.datasets.hub import cache_dir, is_cached
+    from r2med.datasets.loading import local_dataset_dirs
+
+    if data_dir is not None:
+        try:
+            return local_dataset_dirs(Path(data_dir), [name])[0][1], None
+        except MissingResourceError as exc:
+            return None, f"texts and judgements not shown: {exc}"
+    spec = get_spec(name)
+    if is_cached(spec, settings):
+        return cache_dir(spec, settings), None
+    return None, (f"texts and judgements not shown: {name} is neither under --data-dir nor in the cache "
+                  f"({cache_dir(spec, settings)}); pass --data-dir or run 'r2med datasets download {name}'")
+
+
+def read_expansions(path: Path) -> dict[str, str]:
+    """Query id -> ``hy_doc`` of an official ``query_with_hydoc.jsonl``; InvalidInputError names bad lines."""
+    out: dict[str, str] = {}
+    problems = []
+    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            out[str(row["id"])] = str(row["hy_doc"])
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            problems.append(f"{path}:{number}: expected {{\"id\": ..., \"hy_doc\": ...}} ({exc})")
+    if problems:
+        raise InvalidInputError(f"{path}: expansions cannot be read", problems)
+    return out
+
+
+def _expansion_source(system: str, folder: Path | None) -> tuple[dict[str, str] | None, str]:
+    parts = system.split("/")
+    if parts[0] != "gar" or len(parts) != 4:
+        return None, "no expansion: the query was used as it is"
+    if folder is None:
+        return None, "expansion not shown: the dataset directory is not available"
+    path = folder / parts[1] / parts[2] / "query_with_hydoc.jsonl"
+    if not path.is_file():
+        return None, f"expansion not shown: {path} not found"
+    return read_expansions(path), ""
+
+
+def _drill_dataset(dataset: str, picks: list[tuple[str, SystemResults]], options: ReportOptions,
+                   settings: Settings, diffs: dict[str, float]) -> dict:
+    from r2med.datasets.local import load_dir
+    from r2med.store.runs import read_run
+
+    notes: list[str] = []
+    folder, note = _dataset_dir(dataset, options.data_dir, settings)
+    data = load_dir(folder, dataset) if folder is not None else None
+    if note:
+        notes.append(note)
+    runs, values, expansions = {}, {}, {}
+    for label, s in picks:
+        run_files = [p for p in sorted(s.directory.glob("*.run")) if p.stem.lower() in _names_of(dataset)]
+        if not run_files:
+            notes.append(f"{label}: no run file for {dataset} in {s.directory}")
+            continue
+        runs[label] = read_run(run_files[0])
+        values[label] = SystemSource(label, s.system, directory=s.directory).per_query(dataset, options.metric) or {}
+        expansions[label] = _expansion_source(s.system, folder)
+    order = list(dict.fromkeys(q for run in runs.values() for q in run))  # run order, A's queries first
+    qids = sorted(order, key=lambda q: -abs(diffs.get(q, 0.0)))  # stable: ties keep the run order
+    if options.max_queries is not None:
+        qids = qids[: options.max_queries]
+    queries = []
+    for qid in qids:
+        judged = data.qrels.get(qid, {}) if data else {}
+        systems = []
+        for label, run in runs.items():
+            docs = []
+            for rank, (docid, score) in enumerate(run.ranked(qid)[: options.top], start=1):
+                rel = judged.get(docid) if data else None
+                mark, css = ("?", "unjudged") if rel is None else ((f"\u2713 {rel}", "rel") if rel > 0 else ("\u2717", "nonrel"))
+                text = data.corpus.get(docid, "") if data else ""
+                if len(text) > options.max_doc_chars:
+                    text = text[: options.max_doc_chars] + " \u2026"
+                docs.append({"rank": rank, "docid": docid, "score": f"{score:.4f}", "mark": mark, "css": css, "text": text})
+            found = sum(1 for d in docs if d["css"] == "rel")
+            hits = f"{found} of {data.qrels.n_positive(qid)} relevant in the top {options.top}" if data else "no judgements"
+            table, why = expansions[label]
+            expansion = None if table is None else table.get(qid)
+            systems.append({"label": label, "docs": docs, "hits": hits, "value": pct(values[label].get(qid)),
+                            "expansion": expansion, "expansion_note": why or f"no expansion for query {qid}"})
+        diff = diffs.get(qid)
+        text = (data.queries.get(qid, "") if data else "") or "(query text not available)"
+        queries.append({"qid": qid, "text": text, "systems": systems, "diff": diff,
+                        "diff_text": None if diff is None else f"{100 * diff:+.2f}"})
+    return {"dataset": dataset, "notes": notes, "queries": queries}
+
+
+def _names_of(dataset: str) -> set[str]:
+    from r2med.datasets.catalog import get_spec
+
+    spec = get_spec(dataset)
+    return {n.lower() for n in (spec.name, *spec.aliases)}
+
+
+def build_report(result_dir: Path, options: ReportOptions = ReportOptions(), *, settings: Settings | None = None) -> str:
+    """The report page (HTML text) for the systems under ``result_dir``."""
+    from r2med import __version__
+    from r2med.datasets.catalog import dataset_names
+
+    settings = settings or get_settings()
+    found = discover(Path(result_dir))
+    if not found:
+        raise MissingResourceError(f"{result_dir}: no result files of the R2MED datasets found")
+    systems = {s.system: s for s in found}
+    rows = build_rows(found + (paper_results() if options.with_paper else []), options.metric)
+    data = board(rows, options.metric)
+    a = _pick(systems, rows, options.system_a, None)
+    b = _pick(systems, rows, options.system_b, a) if a is not None else None
+    comparison, comparison_note, diffs = None, "", {}
+    if a is not None and b is not None:
+        cmp = compare_systems(SystemSource(a, a, directory=systems[a].directory),
+                              SystemSource(b, b, directory=systems[b].directory),
+                              metric=options.metric, n_resamples=options.n_resamples, seed=options.seed)
+        headers, body = comparison_rows(cmp)
+        diffs = {r.dataset: dict(r.diffs) for r in cmp.datasets}
+        has_tests = any(r.test for r in cmp.datasets)
+        comparison = {"a": a, "b": b, "headers": headers, "rows": body,
+                      "svg": win_loss_svg(cmp) if has_tests else "",
+                      "legend": f"{cmp.metric} x100; perm p: paired randomization test ({options.n_resamples} resamples, "
+                                f"seed {options.seed}); Holm p: adjusted over the datasets tested; CI: paired bootstrap "
+                                "(BCa); W/T/L: queries where A is above/equal/below B."}
+    else:
+        comparison_note = ("A per-query comparison needs two systems with per-query files (<Dataset>.per_query.jsonl, "
+                           "written by 'r2med run') in the result directory.")
+    picks = [(name, systems[name]) for name in (a, b) if name is not None]
+    drill = []
+    for dataset in dataset_names():
+        if any(dataset in s.files for _, s in picks):
+            try:
+                drill.append(_drill_dataset(dataset, picks, options, settings, diffs.get(dataset, {})))
+            except R2MedError as exc:
+                drill.append({"dataset": dataset, "notes": [f"drill-down not available: {exc}"], "queries": []})
+    return render_template(
+        "report.html.j2", title=Path(result_dir).name or str(result_dir), source=str(result_dir), version=__version__,
+        board=data, legend=legend_text(data["metric"]), bars_svg=leaderboard_svg(rows, data["datasets"]),
+        comparison=comparison, comparison_note=comparison_note, drill=drill,
+    )
+
+
+def write_report(result_dir: Path, output: Path, options: ReportOptions = ReportOptions(), *,
+                 settings: Settings | None = None) -> Path:
+    """Build the report and write it to ``output`` atomically."""
+    from r2med.store.atomic import write_text_atomic
+
+    return write_text_atomic(Path(output), build_report(result_dir, options, settings=settings))

@@ -1,0 +1,153 @@
+"""Paired significance tests over per-query metric values, through scipy.
+
+For two systems scored on the same queries (values paired by query id), ``paired_test`` computes:
+
+- the mean difference ``mean(a - b)``;
+- a paired randomization (permutation) test: ``scipy.stats.permutation_test`` with
+  ``permutation_type="samples"`` (each query's two values are swapped or not, i.e. the sign of its
+  difference is flipped at random), statistic ``mean(a - b)``, two-sided. With ``2**n <= n_resamples``
+  scipy enumerates every sign pattern (an exact test); otherwise it draws ``n_resamples`` of them;
+- a paired t-test: ``scipy.stats.ttest_rel(a, b)``, two-sided;
+- a confidence interval for the mean difference: ``scipy.stats.bootstrap((a, b), paired=True)``
+  (queries are resampled with replacement, keeping each query's two values together), statistic
+  ``mean(a - b)``, method BCa (bias-corrected and accelerated, scipy's default; ``ci_method`` may be
+  ``"percentile"`` or ``"basic"``);
+- wins / ties / losses: queries where ``a - b`` is > 0, == 0 (within 1e-12), < 0.
+
+Every random draw comes from ``numpy.random.default_rng(seed)``, a fresh generator per test, so the
+numbers do not depend on the order of the calls. When every difference is zero (identical
+systems) the tests are degenerate (the t statistic is 0/0): the result is then p = 1 for both
+tests and the interval [0, 0], which is what the tests mean in the limit and what the
+permutation test gives anyway. When every difference is the same non-zero value, the interval is
+that value (every resample has that mean) and the t-test gives t = +-inf, p = 0, as scipy does.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+#: Differences within this of zero count as ties.
+TIE_TOLERANCE = 1e-12
+
+
+@dataclass(frozen=True)
+class PairedTest:
+    """The paired comparison of ``a`` with ``b`` over ``n`` queries (differences are ``a - b``)."""
+
+    n: int
+    mean_a: float
+    mean_b: float
+    mean_diff: float
+    ci_low: float
+    ci_high: float
+    confidence: float
+    permutation_p: float
+    t_statistic: float
+    t_p: float
+    wins: int
+    ties: int
+    losses: int
+    n_resamples: int
+    seed: int
+    ci_method: str
+
+    def as_dict(self) -> dict[str, float | int | str]:
+        return dict(self.__dict__)
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm's step-down adjustment of ``pvalues`` (family-wise error), in the input order.
+
+    Sorted ascending, the i-th smallest (0-based) of m p-values becomes ``(m - i) * p``, made
+    non-decreasing by a running maximum and capped at 1.
+
+    >>> [round(p, 6) for p in holm([0.01, 0.04, 0.03])]
+    [0.03, 0.06, 0.06]
+    >>> [round(p, 6) for p in holm([0.2, 0.5, 0.001, 0.9])]
+    [0.6, 1.0, 0.004, 1.0]
+    >>> holm([])
+    []
+    """
+    m = len(pvalues)
+    adjusted = [0.0] * m
+    running = 0.0
+    for rank, index in enumerate(sorted(range(m), key=lambda i: pvalues[i])):
+        running = max(running, min(1.0, (m - rank) * float(pvalues[index])))
+        adjusted[index] = running
+    return adjusted
+
+
+def mean_difference(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
+    """The statistic of every test here: ``mean(x - y)`` along ``axis`` (vectorised for scipy).
+
+    >>> float(mean_difference(np.array([0.5, 1.0]), np.array([0.25, 0.25])))
+    0.5
+    """
+    return np.mean(np.asarray(x) - np.asarray(y), axis=axis)
+
+
+def _rng_kwarg(func: Callable) -> str:
+    """scipy >= 1.15 takes ``rng``; older versions take ``random_state``."""
+    return "rng" if "rng" in inspect.signature(func).parameters else "random_state"
+
+
+def paired_test(
+    a: Sequence[float],
+    b: Sequence[float],
+    *,
+    n_resamples: int = 10000,
+    seed: int = 0,
+    confidence: float = 0.95,
+    ci_method: str = "BCa",
+) -> PairedTest:
+    """Compare paired values ``a`` and ``b`` (same queries, same order); see the module docstring.
+
+    >>> t = paired_test([0.5, 0.25, 1.0], [0.5, 0.25, 1.0])
+    >>> t.mean_diff, t.permutation_p, t.t_p, (t.ci_low, t.ci_high), (t.wins, t.ties, t.losses)
+    (0.0, 1.0, 1.0, (0.0, 0.0), (0, 3, 0))
+    """
+    from scipy import stats
+
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if x.shape != y.shape or x.ndim != 1:
+        raise ValueError(f"paired values need two 1-d sequences of the same length, got {x.shape} and {y.shape}")
+    if len(x) < 2:
+        raise ValueError(f"a paired test needs at least 2 queries, got {len(x)}")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be between 0 and 1, got {confidence}")
+    diff = x - y
+    wins, losses = int(np.sum(diff > TIE_TOLERANCE)), int(np.sum(diff < -TIE_TOLERANCE))
+    common = {"n": len(x), "mean_a": float(x.mean()), "mean_b": float(y.mean()), "confidence": confidence,
+              "wins": wins, "ties": len(x) - wins - losses, "losses": losses, "n_resamples": n_resamples,
+              "seed": seed, "ci_method": ci_method}
+    if not np.any(diff):
+        return PairedTest(mean_diff=0.0, ci_low=0.0, ci_high=0.0, permutation_p=1.0, t_statistic=0.0, t_p=1.0, **common)
+    perm = stats.permutation_test(
+        (x, y), mean_difference, permutation_type="samples", vectorized=True, n_resamples=n_resamples,
+        alternative="two-sided", **{_rng_kwarg(stats.permutation_test): np.random.default_rng(seed)},
+    )
+    if np.ptp(diff) == 0:  # every resample has the same mean: the interval is that point (BCa would be 0/0)
+        low = high = float(diff[0])
+        t_statistic, t_p = math.copysign(math.inf, diff[0]), 0.0  # what ttest_rel gives, without its warning
+    else:
+        t = stats.ttest_rel(x, y)
+        t_statistic, t_p = float(t.statistic), float(t.pvalue)
+        boot = stats.bootstrap(
+            (x, y), mean_difference, paired=True, vectorized=True, n_resamples=n_resamples,
+            confidence_level=confidence, method=ci_method, **{_rng_kwarg(stats.bootstrap): np.random.default_rng(seed)},
+        )
+        low, high = float(boot.confidence_interval.low), float(boot.confidence_interval.high)
+    return PairedTest(
+        mean_diff=float(diff.mean()),
+        ci_low=low,
+        ci_high=high,
+        permutation_p=float(perm.pvalue),
+        t_statistic=t_statistic,
+        t_p=t_p,
+        **common,
+    )
