@@ -1,0 +1,105 @@
+"""``r2med reproduce SYSTEM``: run a published configuration and compare with the paper's numbers.
+
+A system is named by its official path (``base retriever/bm25``, ``gar/hyde/gpt4/nv``). The plan is
+the configuration the authors ran: the retriever of the path (MedCPT as they ran it, the article
+encoder for both sides: ``medcpt-authors``), the published expansions for GAR rows with the authors'
+handling of reasoning outputs (answer policy ``authors``), and the official scoring. The comparison is
+made on the 5-decimal values the result files hold; a difference larger than ``tolerance`` (default
+0.0001, i.e. 0.01 on the x100 scale the paper prints) fails.
+
+>>> plan_for("base retriever/medcpt").retriever, plan_for("gar/hyde/r1-qwen-32b/bm25").expansion
+('medcpt-authors', ('hyde', 'r1-qwen-32b'))
+>>> [row.ok for row in compare({"A": 0.5, "B": 0.3}, {"A": 0.5, "B": 0.2999, "C": 0.1}, tolerance=0.0001)]
+[True, True, None]
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from r2med.errors import InvalidInputError, MissingResourceError, UsageError
+from r2med.store.results import SystemPath
+
+#: official retriever directory -> the r2med retriever that reproduces it
+_AS_PUBLISHED = {"medcpt": "medcpt-authors"}
+
+
+@dataclass(frozen=True)
+class Plan:
+    system: SystemPath
+    retriever: str
+    expansion: tuple[str, str] | None = None
+    answer_policy: str = "authors"
+
+
+@dataclass(frozen=True)
+class Row:
+    dataset: str
+    ours: float | None
+    paper: float | None
+    ok: bool | None  # None: nothing to compare with
+
+    @property
+    def difference(self) -> float | None:
+        return None if self.ours is None or self.paper is None else round(self.ours - self.paper, 5)
+
+
+def plan_for(system: str) -> Plan:
+    """The configuration that produced the published row at ``system``."""
+    where = SystemPath.parse(system)
+    if where.kind == "reranker":
+        raise UsageError(
+            f"reproducing {system} needs its first stage and a reranker: run 'r2med run --retriever {where.system}' "
+            f"and then 'r2med rerank --reranker {where.reranker} --top-k {where.top_k}'"
+        )
+    if where.kind == "fusion":
+        raise UsageError(f"{system} is not a published system (fusion rows are r2med's own)")
+    retriever = _AS_PUBLISHED.get(where.system, where.system)
+    if where.kind == "gar":
+        return Plan(where, retriever, (str(where.method), str(where.llm)))
+    return Plan(where, retriever)
+
+
+def compare(ours: dict[str, float], paper: dict[str, float], *, tolerance: float) -> list[Row]:
+    """One row per dataset of ``ours`` (in its order), then the paper's datasets we did not run."""
+    rows = []
+    for dataset, value in ours.items():
+        reference = paper.get(dataset)
+        ok = None if reference is None else abs(round(value - reference, 5)) <= tolerance + 1e-12
+        rows.append(Row(dataset, value, reference, ok))
+    rows.extend(Row(d, None, v, None) for d, v in paper.items() if d not in ours)
+    return rows
+
+
+def load_reference(path: Path, system: str, metric: str) -> dict[str, float]:
+    """Reference values from a JSON file: ``{"<Dataset>": {"<metric>": value}}`` or the official results
+    format ``{"results": {"<system path>": {"<Dataset>": {...}}}}``."""
+    path = Path(path)
+    if not path.is_file():
+        raise MissingResourceError(f"--reference {path}: file not found")
+    try:
+        raw: Any = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidInputError(f"{path}: not valid JSON ({exc})") from None
+    if isinstance(raw, dict) and isinstance(raw.get("results"), dict):
+        if system not in raw["results"]:
+            raise InvalidInputError(f"{path}: no results for {system!r} (has {', '.join(sorted(raw['results']))})")
+        raw = raw["results"][system]
+    if not isinstance(raw, dict):
+        raise InvalidInputError(f"{path}: expected an object of datasets, got {type(raw).__name__}")
+    values = {}
+    for dataset, metrics in raw.items():
+        if not isinstance(metrics, dict) or not isinstance(metrics.get(metric), (int, float)):
+            raise InvalidInputError(f"{path}: {dataset!r} has no numeric {metric!r}")
+        values[dataset] = float(metrics[metric])
+    return values
+
+
+def published_reference(system: str, metric: str) -> dict[str, float]:
+    """The paper's values of ``metric`` for ``system`` (package data)."""
+    from r2med.reporting.official import published
+
+    return published(system).values(metric)

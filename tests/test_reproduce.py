@@ -1,0 +1,73 @@
+"""``r2med reproduce``: a directory named like an R2MED dataset (SciFact inside), reference numbers, exit codes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import shared_path
+from r2med.errors import UsageError
+from r2med.reproduce import plan_for
+
+
+@pytest.fixture
+def biology(tmp_path) -> Path:
+    """SciFact's files under a directory named like an R2MED dataset."""
+    root = tmp_path / "data"
+    folder = root / "Biology"
+    folder.mkdir(parents=True)
+    for name in ("corpus.jsonl", "query.jsonl", "qrels.jsonl"):
+        (folder / name).symlink_to(shared_path("data", "scifact", name))
+    return root
+
+
+def _reference(tmp_path: Path, value: float) -> Path:
+    path = tmp_path / "reference.json"
+    path.write_text(json.dumps({"Biology": {"ndcg_at_10": value}, "PMC-Treatment": {"ndcg_at_10": 0.2}}))
+    return path
+
+
+def test_matching_numbers_exit_0_with_the_comparison_printed(cli, tmp_path, biology):
+    result = cli("reproduce", "base retriever/bm25", "--data-dir", biology, "--output", tmp_path / "out",
+                 "--reference", _reference(tmp_path, 0.67075))
+    assert result.code == 0, result.err
+    lines = result.out.splitlines()
+    assert lines[0] == "base retriever/bm25 (bm25): ndcg_at_10 x100, ours vs the paper, tolerance 0.01"
+    assert lines[1] == "| dataset       |  ours | paper |  diff | status       |"
+    assert lines[3] == "| Biology       | 67.07 | 67.07 | +0.00 | ok           |"
+    assert lines[4] == "| PMC-Treatment |     - | 20.00 |     - | not compared |"
+    assert lines[-1] == "all 1 compared datasets match"
+    assert (tmp_path / "out" / "base retriever" / "bm25" / "Biology.manifest.json").is_file()
+
+
+def test_a_difference_beyond_the_tolerance_exits_1(cli, tmp_path, biology):
+    ref = _reference(tmp_path, 0.66)
+    result = cli("reproduce", "base retriever/bm25", "--data-dir", biology, "--output", tmp_path / "out", "--reference", ref)
+    assert result.code == 1
+    assert "| Biology       | 67.07 | 66.00 | +1.07 | DIFFERENT    |" in result.out
+    assert "1 of 1 datasets differ by more than the tolerance: Biology" in result.out
+    # a looser tolerance accepts it; --json says the same
+    loose = cli("reproduce", "base retriever/bm25", "--data-dir", biology, "--output", tmp_path / "out",
+                "--reference", ref, "--tolerance", "0.02", "--json")
+    assert loose.code == 0
+    assert loose.json()["datasets"]["Biology"] == {"ours": 0.67075, "paper": 0.66, "difference": 0.01075, "ok": True}
+
+
+def test_published_reference_and_plans():
+    from r2med.reproduce import published_reference
+
+    bm25 = published_reference("base retriever/bm25", "ndcg_at_10")
+    assert len(bm25) == 8 and round(sum(bm25.values()) / 8 * 100, 2) == 15.13
+    assert plan_for("gar/query2doc/gpt4/nv").expansion == ("query2doc", "gpt4")
+    assert plan_for("base retriever/bm25").retriever == "bm25"
+    with pytest.raises(UsageError, match="r2med rerank"):
+        plan_for("reranker/monobert/nv/top_10")
+    with pytest.raises(UsageError, match="not a system path"):
+        plan_for("bm25")
+
+
+def test_an_unknown_system_exits_2(cli, tmp_path, biology):
+    result = cli("reproduce", "base retriever/bm52", "--data-dir", biology, "--output", tmp_path)
+    assert result.code == 2 and "bm25" in result.err
