@@ -64,13 +64,17 @@ def plan_for(system: str) -> Plan:
 
 
 def compare(ours: dict[str, float], paper: dict[str, float], *, tolerance: float) -> list[Row]:
-    """One row per dataset of ``ours`` (in its order), then the paper's datasets we did not run."""
+    """One row per dataset of ``ours`` (in its order), then the paper's datasets we did not run (paper order)."""
     rows = []
     for dataset, value in ours.items():
         reference = paper.get(dataset)
         ok = None if reference is None else abs(round(value - reference, 5)) <= tolerance + 1e-12
         rows.append(Row(dataset, value, reference, ok))
-    rows.extend(Row(d, None, v, None) for d, v in paper.items() if d not in ours)
+    from r2med.datasets.catalog import dataset_names
+
+    order = dataset_names()
+    rest = sorted((d for d in paper if d not in ours), key=lambda d: (order.index(d) if d in order else len(order), d))
+    rows.extend(Row(d, None, paper[d], None) for d in rest)
     return rows
 
 
