@@ -36,7 +36,7 @@ def test_matching_numbers_exit_0_with_the_comparison_printed(cli, tmp_path, biol
     lines = result.out.splitlines()
     assert lines[0] == "base retriever/bm25 (bm25): ndcg_at_10 x100, ours vs the paper, tolerance 0.01"
     assert lines[1] == "| dataset       |  ours | paper |  diff | status       |"
-    assert lines[3] == "| Biology       | 67.07 | 67.07 | +0.00 | ok           |"
+    assert lines[3] == "| Biology       | 67.08 | 67.08 | +0.00 | ok           |"
     assert lines[4] == "| PMC-Treatment |     - | 20.00 |     - | not compared |"
     assert lines[-1] == "all 1 compared datasets match"
     assert (tmp_path / "out" / "base retriever" / "bm25" / "Biology.manifest.json").is_file()
@@ -46,7 +46,7 @@ def test_a_difference_beyond_the_tolerance_exits_1(cli, tmp_path, biology):
     ref = _reference(tmp_path, 0.66)
     result = cli("reproduce", "base retriever/bm25", "--data-dir", biology, "--output", tmp_path / "out", "--reference", ref)
     assert result.code == 1
-    assert "| Biology       | 67.07 | 66.00 | +1.07 | DIFFERENT    |" in result.out
+    assert "| Biology       | 67.08 | 66.00 | +1.08 | DIFFERENT    |"  # 0.01075: half up in result.out
     assert "1 of 1 datasets differ by more than the tolerance: Biology" in result.out
     # a looser tolerance accepts it; --json says the same
     loose = cli("reproduce", "base retriever/bm25", "--data-dir", biology, "--output", tmp_path / "out",

@@ -33,8 +33,10 @@ def _ints(text: str) -> list[int]:
 
 
 def _pct(value: float) -> str:
-    """A 5-decimal result value as the leaderboard shows it: x100, 2 decimals."""
-    return f"{100 * value:.2f}"
+    """A 5-decimal result value as the leaderboard shows it: x100, 2 decimals, half up."""
+    from r2med.reporting.tables import pct
+
+    return pct(value)
 
 
 def _emit_json(obj: object) -> None:
@@ -233,7 +235,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         return "-" if value is None else _pct(value)
 
     table = [[r.dataset, cell(r.ours), cell(r.paper),
-              "-" if r.difference is None else f"{r.difference * 100:+.2f}",
+              "-" if r.difference is None else ("-" if r.difference < 0 else "+") + _pct(abs(r.difference)),
               {True: "ok", False: "DIFFERENT", None: "not compared"}[r.ok]] for r in rows]
     print(f"{system} ({retriever.name}{', answer policy ' + plan.answer_policy if plan.expansion else ''}): "
           f"{args.metric} x100, ours vs the paper, tolerance {args.tolerance * 100:.2f}")

@@ -37,7 +37,7 @@ from r2med.reporting.official import (
     official_tree_path,
     published_systems,
 )
-from r2med.reporting.tables import markdown_table
+from r2med.reporting.tables import markdown_table, pct
 
 logger = logging.getLogger(__name__)
 
@@ -226,17 +226,6 @@ def exact_mean(values: Sequence[float]) -> float:
     """
     exact = [Decimal(repr(float(v))) for v in values]
     return float(sum(exact) / len(exact))
-
-
-def pct(value: float | None) -> str:
-    """A 0-1 value as the leaderboard shows it: x100, 2 decimals, half up in decimal; '-' for none.
-
-    >>> pct(0.15126), pct(0.26885), f"{100 * 0.26885:.2f}", pct(None)
-    ('15.13', '26.89', '26.88', '-')
-    """
-    if value is None:
-        return "-"
-    return str((Decimal(repr(float(value))) * 100).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP))
 
 
 def board(rows: Sequence[Row], metric: str) -> dict:

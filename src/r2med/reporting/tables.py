@@ -3,6 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from decimal import ROUND_HALF_UP, Decimal
+
+
+def pct(value: float | None) -> str:
+    """A 0-1 value as the leaderboard shows it: x100, 2 decimals, half up in decimal; '-' for none.
+
+    Results hold 5-decimal values, so half up on their decimal form is exact where float formatting
+    is not (0.26885 * 100 is 26.884999... in binary).
+
+    >>> pct(0.15126), pct(0.26885), f"{100 * 0.26885:.2f}", pct(None)
+    ('15.13', '26.89', '26.88', '-')
+    """
+    if value is None:
+        return "-"
+    return str((Decimal(repr(float(value))) * 100).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP))
 
 
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[object]], *, align_right: Sequence[bool] | None = None) -> str:
