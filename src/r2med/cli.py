@@ -392,7 +392,7 @@ def cmd_datasets_validate(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------- parser
 #: modules of r2med.commands registered as subcommands (their imports are light: work is imported lazily)
-COMMAND_MODULES = ("leaderboard", "compare", "report")
+COMMAND_MODULES = ("expand", "leaderboard", "compare", "report")
 
 
 def build_parser() -> argparse.ArgumentParser:

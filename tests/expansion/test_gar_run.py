@@ -138,3 +138,19 @@ def test_hyde_with_the_query_as_expansion_reproduces_the_official_bm25_run_on_sc
     ref = [line.split() for line in (source / "official_bm25.run").read_text().splitlines()]
     assert [(r[0], r[2]) for r in ours] == [(r[0], r[2]) for r in ref]
     assert max(abs(float(a[4]) - float(b[4])) for a, b in zip(ours, ref)) < 1e-4
+
+
+def test_rows_r2med_expand_wrote_are_answers_already(cli, tiny, tmp_path):
+    # r2med expand writes the chosen answer (trace removed) with its answer policy: no second cut, so a
+    # reasoning model's answer without "</think>" is not taken for a cut-off trace
+    path = tiny / "hyde" / "r1-qwen-32b" / EXPANSION_FILE
+    path.parent.mkdir(parents=True)
+    rows = [{"id": "q1", "text": QUERIES["q1"], "hy_doc": "aspirin", "answer_policy": "fallback", "style": "think"},
+            {"id": "q2", "text": QUERIES["q2"], "hy_doc": "insulin", "answer_policy": "fallback", "style": "think"},
+            {"id": "q3", "text": QUERIES["q3"], "hy_doc": "x", "answer_policy": "fallback", "style": "think"}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result = cli("run", "--data-dir", tiny, "--output", tmp_path, "--expansion", "hyde/r1-qwen-32b")
+    assert result.code == 0 and "unusable" not in result.err
+    want = _bm25_run_of(tiny, {"q1": "aspirin", "q2": "insulin", "q3": "x"})
+    got = _stored(tmp_path, "hyde", "r1-qwen-32b", "bm25")
+    assert {q: list(d) for q, d in got.items()} == {q: list(d) for q, d in want.items() if d}

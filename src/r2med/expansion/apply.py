@@ -87,7 +87,8 @@ def prepare_queries(dataset: Dataset, expansions: Expansions, *, policy: str = "
         if text != own_text:
             differs.append(qid)
         raw = expansions.hy_docs[qid]
-        parsed = split_reasoning(raw, style=style)
+        # a row r2med expand wrote already holds the chosen answer: no second cut
+        parsed = split_reasoning(raw, style="plain" if qid in expansions.answered else style)
         if parsed.truncated:
             truncated.append(qid)
         try:

@@ -41,6 +41,8 @@ class Expansions:
 
     ``hy_docs`` holds the text exactly as stored (a reasoning model's whole output included);
     ``texts`` the query text stored beside it, which the authors' code used as the query.
+    ``answered`` lists the queries whose row says its ``hy_doc`` is already an answer (``r2med expand``
+    writes the chosen answer and its ``answer_policy``): those are not cut again.
     """
 
     method: str
@@ -49,6 +51,7 @@ class Expansions:
     texts: dict[str, str]
     path: Path
     sha256: str
+    answered: frozenset[str] = frozenset()
 
     def __len__(self) -> int:
         return len(self.hy_docs)
@@ -84,6 +87,7 @@ def read_expansions(path: Path, *, method: str, llm: str) -> Expansions:
     lines = HashingLines(path, problems)
     hy_docs: dict[str, str] = {}
     texts: dict[str, str] = {}
+    answered: set[str] = set()
     name = str(path)
     for number, row in iter_jsonl(lines):
         qid = coerce_id(row.get("id", row.get("_id")), field="id", path=name, line=number, problems=problems)
@@ -103,13 +107,16 @@ def read_expansions(path: Path, *, method: str, llm: str) -> Expansions:
         hy_docs[qid] = hy_doc
         if text is not None:
             texts[qid] = text
+        if "answer_policy" in row:
+            answered.add(qid)
     if not hy_docs and not problems.errors:
         problems.error(name, None, "no expansions in the file")
     if problems.errors:
         raise InvalidInputError(f"{path}: the expansions cannot be used ({len(problems.errors)} problems)", problems.errors)
     for warning in problems.warnings:
         logger.warning("%s: %s", path, warning)
-    return Expansions(method=method, llm=llm, hy_docs=hy_docs, texts=texts, path=path, sha256=lines.sha256)
+    return Expansions(method=method, llm=llm, hy_docs=hy_docs, texts=texts, path=path, sha256=lines.sha256,
+                      answered=frozenset(answered))
 
 
 def generated_dir(settings: Settings, dataset: str, method: str, llm: str) -> Path:

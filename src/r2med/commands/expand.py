@@ -1,0 +1,203 @@
+"""``r2med expand``: generate HyDE / Query2doc / LameR expansions with an OpenAI-compatible LLM server.
+
+Thin: parses, builds an ``ExpansionConfig`` and a ``ChatClient``, calls ``generate_expansions`` per
+dataset, prints a summary. Importing this module imports nothing heavy (no ``openai``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from r2med.errors import MissingResourceError, UsageError
+from r2med.expansion.prompts import METHODS
+from r2med.expansion.reasoning import POLICIES, STYLES
+
+
+def _csv(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 1, got {value}")
+    return value
+
+
+def sampling_kind(base_url: str) -> str:
+    """Which of the authors' sampling sets applies: "api" for api.openai.com, "local" for any other server.
+
+    >>> sampling_kind("https://api.openai.com/v1"), sampling_kind("http://localhost:8000/v1")
+    ('api', 'local')
+    """
+    return "api" if (urlsplit(base_url).hostname or "").lower() == "api.openai.com" else "local"
+
+
+def register(subparsers: argparse._SubParsersAction, common_parent: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add ``expand`` to ``subparsers`` (with ``common_parent``'s -q/-v) and return its parser."""
+    # the class's own add_parser: cli.py wraps the instance's to add the common parent already
+    ex = argparse._SubParsersAction.add_parser(
+        subparsers, "expand", parents=[common_parent],
+        help="generate HyDE / Query2doc / LameR expansions with an OpenAI-compatible LLM (resumable)",
+        description="Generate GAR expansions per query into <out>/query_with_hydoc.jsonl (the official format), "
+                    "keeping every finished generation in <out>/generations.jsonl so that a rerun requests only "
+                    "what is missing. Exit 6 when some queries failed (everything else is written).",
+    )
+    ex.add_argument("--method", required=True, choices=METHODS, help="GAR method")
+    ex.add_argument("--llm-model", required=True, metavar="MODEL", help="model id the server knows (sent as 'model')")
+    ex.add_argument("--llm-name", default=None, metavar="NAME",
+                    help="name of the LLM in paths and for its reasoning style (default: a safe form of --llm-model)")
+    ex.add_argument("--base-url", default=None, metavar="URL",
+                    help="OpenAI-compatible base URL, e.g. http://localhost:8000/v1 (default: $OPENAI_BASE_URL)")
+    ex.add_argument("--api-key-env", default=None, metavar="NAME",
+                    help="environment variable holding the API key (default OPENAI_API_KEY; local servers need none)")
+    ex.add_argument("--concurrency", type=_positive, default=8, help="requests in flight at once (default 8)")
+    ex.add_argument("--temperature", type=float, default=None)
+    ex.add_argument("--top-p", type=float, default=None)
+    ex.add_argument("--max-tokens", type=_positive, default=None, help="completion tokens per request")
+    ex.add_argument("--seed", type=int, default=None)
+    ex.add_argument("--max-requests", type=_positive, default=None, help="budget: HTTP requests for the whole run")
+    ex.add_argument("--max-tokens-budget", type=_positive, default=None,
+                    help="budget: prompt + completion tokens for the whole run")
+    ex.add_argument("--timeout", type=float, default=300.0, help="seconds per request attempt (default 300)")
+    ex.add_argument("--max-retries", type=int, default=5, help="retries per request (default 5)")
+    ex.add_argument("--policy", choices=POLICIES, default="fallback",
+                    help="a reasoning trace cut off before its answer: fallback = the plain query (default), "
+                         "authors = the whole text (the official code), error = a failed query")
+    ex.add_argument("--style", choices=("auto", *STYLES), default="auto", help="reasoning output style (default: from the LLM name)")
+    ex.add_argument("--tasks", type=_csv, default=None, metavar="NAMES",
+                    help="comma-separated dataset names or 'all' (default: all 8, or every dataset under --data-dir)")
+    ex.add_argument("--data-dir", type=Path, default=None, help="one dataset directory or a directory of them")
+    ex.add_argument("--prompt-dataset", default=None, metavar="NAME",
+                    help="use this R2MED dataset's prompts (for a dataset outside R2MED; default: the dataset's own)")
+    ex.add_argument("--first-stage", type=Path, default=None, metavar="DIR_OR_RUN",
+                    help="lamer: a results directory holding <Dataset>.run (e.g. 'results/base retriever/bm25') "
+                         "or one TREC / top-k JSONL run")
+    ex.add_argument("--out", type=Path, default=None, metavar="DIR",
+                    help="output directory (several datasets: one subdirectory each); "
+                         "default <R2MED_HOME>/expansions/<Dataset>/<method>/<llm-name>/")
+    ex.add_argument("--json", action="store_true", help="print the reports as JSON")
+    ex.set_defaults(func=cmd_expand)
+    return ex
+
+
+def load_first_stage(path: Path, dataset: str):
+    """The first-stage run for ``dataset``: ``path`` itself (a run file) or ``<path>/<dataset>.run``."""
+    from r2med.store.runs import read_run
+
+    path = Path(path)
+    if path.is_file():
+        return read_run(path)
+    candidate = path / f"{dataset}.run"
+    if candidate.is_file():
+        return read_run(candidate)
+    raise MissingResourceError(
+        f"--first-stage {path}: no run for {dataset} (looked for {candidate}); make one with "
+        f"'r2med run --retriever bm25 --tasks {dataset}' (writes 'results/base retriever/bm25/{dataset}.run')"
+    )
+
+
+def _sampling(args: argparse.Namespace, base_url: str):
+    from r2med.expansion.prompts import sampling_params
+    from r2med.llm.client import SamplingParams
+
+    kind = sampling_kind(base_url)
+    values = sampling_params(kind)
+    given = {k: getattr(args, k) for k in ("temperature", "top_p", "max_tokens", "seed") if getattr(args, k) is not None}
+    values.update(given)
+    return SamplingParams(**values), kind, given
+
+
+def _summary_line(report) -> str:
+    u = report.usage
+    line = (f"{report.dataset}: {report.queries} queries, {report.cached} cached, {report.requested} requested, "
+            f"{report.failed} failed, {report.truncated} truncated traces, {report.fell_back} fell back; "
+            f"{u.requests} requests ({u.retries} retries), {u.prompt_tokens} prompt + {u.completion_tokens} completion "
+            f"tokens; {report.seconds:.1f} s")
+    if report.written:
+        line += f" -> {report.paths['expansions']}"
+    return line
+
+
+def cmd_expand(args: argparse.Namespace) -> int:
+    from r2med.datasets import load_dataset, locate
+    from r2med.expansion.generate import ExpansionConfig, expansion_dir, generate_expansions, llm_dir_name
+    from r2med.llm.client import Budget, BudgetExceeded, ChatClient
+    from r2med.settings import get_secret, get_settings
+
+    quiet = getattr(args, "quiet", False)
+    settings = get_settings()
+    base_url = args.base_url or settings.openai_base_url
+    if not base_url:
+        raise UsageError("--base-url is required (or set $OPENAI_BASE_URL), e.g. --base-url http://localhost:8000/v1")
+    if args.method == "lamer" and args.first_stage is None:
+        raise UsageError("--method lamer needs --first-stage (a results directory or run of the first-stage retriever)")
+    if args.method != "lamer" and args.first_stage is not None:
+        raise UsageError(f"--first-stage is only for --method lamer, not {args.method}")
+    api_key = None
+    if args.api_key_env:
+        api_key = get_secret(args.api_key_env)
+        if api_key is None:
+            raise UsageError(f"--api-key-env {args.api_key_env}: that environment variable is not set")
+    sampling, kind, given = _sampling(args, base_url)
+    budget = Budget(args.max_requests, args.max_tokens_budget)
+    llm_name = args.llm_name or llm_dir_name(args.llm_model)
+    config = ExpansionConfig(args.method, args.llm_model, base_url, sampling, style=args.style, policy=args.policy,
+                             concurrency=args.concurrency, budget=budget, llm_name=llm_name,
+                             prompt_dataset=args.prompt_dataset)
+    if not quiet:
+        overrides = f"; given: {given}" if given else ""
+        print(f"sampling: the authors' {kind!r} defaults{overrides} -> {sampling.to_request()}", file=sys.stderr)
+    client = ChatClient(args.llm_model, base_url, api_key=api_key, timeout=args.timeout,
+                        max_retries=args.max_retries, budget=budget)
+    targets = locate(args.tasks, data_dir=args.data_dir, settings=settings)
+    reports = []
+    code = 0
+    for name, path in targets:
+        dataset = load_dataset(name, path=path, settings=settings)
+        if args.out is None:
+            out = expansion_dir(settings, dataset.name, args.method, llm_name)
+        else:
+            out = args.out if len(targets) == 1 else args.out / dataset.name
+        first_stage = load_first_stage(args.first_stage, dataset.name) if args.first_stage is not None else None
+        try:
+            report = generate_expansions(dataset, config, out_dir=out, client=client, first_stage=first_stage,
+                                         progress=not (quiet or args.json))
+        except BudgetExceeded as exc:
+            if exc.report is not None:
+                reports.append(exc.report)
+            _print(reports, args.json, quiet)
+            raise
+        reports.append(report)
+        if report.failed:
+            code = 6
+        if len(targets) > 1 and not args.json and not quiet:  # progress between datasets
+            print(_summary_line(report), file=sys.stderr)
+    _print(reports, args.json, quiet)
+    return code
+
+
+def _print(reports: list, as_json: bool, quiet: bool) -> None:
+    if as_json:
+        print(json.dumps({r.dataset: r.as_dict() for r in reports}, indent=2, ensure_ascii=False))
+        return
+    if quiet and not any(r.failed for r in reports):
+        return
+    for r in reports:
+        print(_summary_line(r))
+        for qid, message in list(r.failures.items())[:5]:
+            print(f"  failed {qid}: {message}")
+        if len(r.failures) > 5:
+            print(f"  ... and {len(r.failures) - 5} more failed queries (rerun to retry them)")
+    if len(reports) > 1:
+        total = {k: sum(getattr(r, k) for r in reports) for k in ("queries", "cached", "requested", "failed",
+                                                                     "truncated", "fell_back")}
+        tokens = sum(r.usage.prompt_tokens + r.usage.completion_tokens for r in reports)
+        print("total: " + ", ".join(f"{v} {k}" for k, v in total.items()) + f", {tokens} tokens")

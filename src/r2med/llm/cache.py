@@ -1,0 +1,139 @@
+"""A resumable response cache: append-only JSONL, one line per finished request, flushed as written.
+
+A run that is killed loses at most the line it was writing. Reading ignores such a torn last line
+(with a warning) and the next append cuts it off before writing, so the file stays one JSON object
+per line. A bad line anywhere else is not a kill but damage, and is reported with its line number.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import IO, Any
+
+from r2med.errors import InvalidInputError
+
+logger = logging.getLogger(__name__)
+
+
+class ResponseCache:
+    """``key -> record`` backed by ``path``; the last line of a key wins.
+
+    >>> import tempfile, pathlib
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "g.jsonl"
+    >>> cache = ResponseCache(path)
+    >>> cache.append("k1", {"text": "a"})
+    >>> "k1" in cache, cache.get("k1"), cache.get("k2"), len(cache)
+    (True, {'text': 'a'}, None, 1)
+    >>> _ = path.open("a").write('{"key": "k2", "te')  # a run killed in mid-line
+    >>> reopened = ResponseCache(path)
+    >>> len(reopened), "k2" in reopened
+    (1, False)
+    >>> reopened.append("k2", {"text": "b"})
+    >>> path.read_text().splitlines()[-1]
+    '{"key": "k2", "text": "b"}'
+    """
+
+    def __init__(self, path: Path, *, fsync: bool = False) -> None:
+        self.path = Path(path)
+        self.fsync = fsync
+        self._records: dict[str, dict[str, Any]] = {}
+        self._good_end = 0  # byte offset just past the last good line
+        self._missing_newline = False
+        self._handle: IO[bytes] | None = None
+        if self.path.exists():
+            self._load()
+
+    def _load(self) -> None:
+        data = self.path.read_bytes()
+        offset = 0
+        lines = data.split(b"\n")
+        for index, raw in enumerate(lines):
+            number = index + 1
+            last = index == len(lines) - 1
+            end = offset + len(raw) + (0 if last else 1)
+            if raw.strip():
+                record = self._parse(raw)
+                if record is None:
+                    if last or all(not rest.strip() for rest in lines[index + 1:]):
+                        logger.warning("%s:%d: ignoring a torn last line (an interrupted run); it will be generated again",
+                                       self.path, number)
+                        return
+                    raise InvalidInputError(
+                        f"{self.path}:{number}: not a cache record (a JSON object with a 'key'); "
+                        "delete that line or the file to regenerate it"
+                    )
+                self._records[record.pop("key")] = record
+                self._good_end = end
+                self._missing_newline = last
+            elif not last:
+                self._good_end = end
+            offset = end
+
+    @staticmethod
+    def _parse(raw: bytes) -> dict[str, Any] | None:
+        try:
+            record = json.loads(raw)
+        except ValueError:
+            return None
+        if not isinstance(record, dict) or not isinstance(record.get("key"), str):
+            return None
+        return record
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._records
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        """The record stored for ``key`` (without the key), or ``None``."""
+        record = self._records.get(key)
+        return dict(record) if record is not None else None
+
+    def keys(self) -> list[str]:
+        return list(self._records)
+
+    def _open(self) -> IO[bytes]:
+        if self._handle is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            handle = self.path.open("r+b" if self.path.exists() else "w+b")
+            size = handle.seek(0, os.SEEK_END)
+            if size > self._good_end:  # a torn line, or lines another writer added since we read
+                handle.seek(self._good_end)
+                tail = handle.read()
+                if any(self._parse(raw) is not None for raw in tail.split(b"\n") if raw.strip()):
+                    handle.close()
+                    raise InvalidInputError(f"{self.path}: changed by another process while in use; run one writer at a time")
+                logger.warning("%s: cutting off %d bytes of a torn last line", self.path, size - self._good_end)
+                handle.truncate(self._good_end)
+            handle.seek(0, os.SEEK_END)
+            if self._missing_newline:
+                handle.write(b"\n")
+                self._missing_newline = False
+            self._handle = handle
+        return self._handle
+
+    def append(self, key: str, record: dict) -> None:
+        """Store ``record`` under ``key``: one line, written and flushed to the OS before returning.
+
+        Flushed is enough for a killed process to lose nothing; ``fsync=True`` also survives a crash of
+        the machine, at a few milliseconds a line (it blocks the event loop that delivers results).
+        """
+        body = {k: v for k, v in record.items() if k != "key"}
+        line = json.dumps({"key": key, **body}, ensure_ascii=False)
+        handle = self._open()
+        handle.write(line.encode("utf-8") + b"\n")
+        handle.flush()
+        if self.fsync:
+            os.fsync(handle.fileno())
+        self._good_end = handle.tell()
+        self._records[key] = json.loads(line)  # what a reader of the file gets back
+        del self._records[key]["key"]
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None

@@ -1,0 +1,414 @@
+"""An OpenAI-compatible chat client: bounded concurrency, counted retries with backoff, a budget.
+
+Works against any server that speaks ``POST /v1/chat/completions`` (OpenAI, vLLM, Ollama, the
+llama.cpp server, a proxy). The ``openai`` package's ``AsyncOpenAI`` sends the requests, with its own
+retries turned off: this module retries by itself so that every attempt is counted. What is retried
+(exponential backoff with jitter, or exactly the wait the server asks for): HTTP 408, 409, 429 and
+5xx, timeouts, dropped connections and answers without a usable choice (not JSON, no ``choices``,
+empty content). What fails one job at once: any other 4xx. What stops the whole run (after the
+requests in flight finish): a server that refuses connections on every attempt
+(``MissingResourceError``, exit 4), a rejected key, an unknown model or a used-up quota.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import queue
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from r2med.errors import MissingExtraError, MissingResourceError, ProviderError, UsageError
+from r2med.retrievers.dense.api_client import (
+    Secret,
+    backoff_delay,
+    error_message,
+    is_local_url,
+    parse_retry_after,
+    safe_url,
+)
+from r2med.settings import ENV_OPENAI_API_KEY, get_secret
+
+logger = logging.getLogger(__name__)
+
+Messages = Sequence[dict[str, str]]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Sampling parameters of a chat request; ``None`` leaves the server's default.
+
+    >>> SamplingParams(temperature=0.7, max_tokens=10240, seed=42).to_request()
+    {'temperature': 0.7, 'max_tokens': 10240, 'seed': 42}
+    """
+
+    temperature: float | None = None
+    top_p: float | None = None
+    max_tokens: int | None = None
+    seed: int | None = None
+
+    def to_request(self) -> dict:
+        """The non-``None`` fields, as keyword arguments of ``chat.completions.create``."""
+        return {key: value for key, value in asdict(self).items() if value is not None}
+
+
+@dataclass(frozen=True)
+class ChatResult:
+    """One finished generation. ``reasoning`` is the server's ``reasoning_content``/``reasoning`` field."""
+
+    text: str
+    reasoning: str | None
+    finish_reason: str | None
+    prompt_tokens: int
+    completion_tokens: int
+    attempts: int
+    seconds: float
+
+
+@dataclass
+class Usage:
+    """Cumulative counts: HTTP requests sent (retries included), retries, failed jobs and tokens."""
+
+    requests: int = 0
+    retries: int = 0
+    failures: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        """
+        >>> Usage(requests=3, retries=1).as_dict()["retries"]
+        1
+        """
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Limits for one client: HTTP requests sent, and prompt + completion tokens used."""
+
+    max_requests: int | None = None
+    max_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class ChatJob:
+    """A request to make; ``key`` names it for the caller (usually ``request_key``)."""
+
+    key: str
+    messages: list[dict[str, str]]
+    params: SamplingParams
+
+
+class BudgetExceeded(ProviderError):
+    """The budget ran out: no new request was sent; everything finished was delivered (exit 6)."""
+
+    def __init__(self, message: str, *, pending: int = 0) -> None:
+        super().__init__(message)
+        self.pending = pending
+        self.report: Any = None  # filled by callers that write partial output (generate_expansions)
+
+
+class _FatalError(ProviderError):
+    """A failure no other job can escape (bad key, unknown model, no quota): the run stops."""
+
+
+class _BadResponse(Exception):
+    """A 2xx answer without a usable choice; retried."""
+
+
+def canonical_request(model: str, messages: Messages, params: SamplingParams, *, extra: dict | None = None) -> str:
+    """The canonical JSON of everything that determines a response (sorted keys, no spaces).
+
+    >>> canonical_request("m", [{"role": "user", "content": "hi"}], SamplingParams(seed=1))
+    '{"extra":{},"messages":[{"content":"hi","role":"user"}],"model":"m","params":{"seed":1}}'
+    """
+    payload = {"model": model, "messages": [dict(m) for m in messages], "params": params.to_request(), "extra": extra or {}}
+    return json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+def request_key(model: str, messages: Messages, params: SamplingParams, *, extra: dict | None = None) -> str:
+    """sha256 hex of ``canonical_request``: equal requests share a key, any change makes a new one.
+
+    >>> msgs = [{"role": "user", "content": "hi"}]
+    >>> a = request_key("m", msgs, SamplingParams(seed=1))
+    >>> len(a), a == request_key("m", list(msgs), SamplingParams(seed=1)), a == request_key("m", msgs, SamplingParams(seed=2))
+    (64, True, False)
+    """
+    return hashlib.sha256(canonical_request(model, messages, params, extra=extra).encode("utf-8")).hexdigest()
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in seen:
+        seen.append(current)
+        current = current.__cause__ or current.__context__
+    return seen
+
+
+class ChatClient:
+    """Chat completions against one OpenAI-compatible endpoint and model.
+
+    ``api_key`` defaults to ``$OPENAI_API_KEY``, and to ``"EMPTY"`` for a server on this machine or
+    a private network. ``timeout`` bounds each attempt; ``max_retries`` attempts follow the first,
+    ``backoff`` seconds doubling up to ``max_backoff`` (jittered). ``usage`` is cumulative.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        timeout: float = 300.0,
+        max_retries: int = 5,
+        backoff: float = 1.0,
+        max_backoff: float = 60.0,
+        budget: Budget | None = None,
+    ) -> None:
+        if not model:
+            raise UsageError("an LLM model id is needed (--llm-model)")
+        if not base_url or not base_url.startswith(("http://", "https://")):
+            raise UsageError(f"base URL {base_url!r} is not an http(s) URL; e.g. http://localhost:8000/v1")
+        key = api_key or get_secret(ENV_OPENAI_API_KEY) or ("EMPTY" if is_local_url(base_url) else None)
+        if key is None:
+            raise UsageError(
+                f"no API key for {safe_url(base_url)}: set ${ENV_OPENAI_API_KEY} (or name another variable with --api-key-env)"
+            )
+        self.model = model
+        self.base_url = base_url
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self.budget = budget or Budget()
+        self.usage = Usage()
+        self._secret = Secret(key)
+        self._rng = random.Random()
+        self._loop_client: tuple[Any, Any] | None = None
+
+    def __repr__(self) -> str:
+        return f"ChatClient({self.model!r}, {safe_url(self.base_url)!r})"
+
+    # ------------------------------------------------------------ one request
+    def _new_async_client(self) -> Any:
+        try:
+            from openai import AsyncOpenAI
+        except ImportError:
+            raise MissingExtraError("openai", "llm", "chat completions") from None
+        return AsyncOpenAI(base_url=self.base_url, api_key=self._secret.reveal(), timeout=self.timeout, max_retries=0)
+
+    async def complete(self, messages: Messages, params: SamplingParams) -> ChatResult:
+        """One chat completion with retries (the client is made once per event loop)."""
+        loop = asyncio.get_running_loop()
+        if self._loop_client is None or self._loop_client[0] is not loop:
+            self._loop_client = (loop, self._new_async_client())
+        return await self._complete(self._loop_client[1], messages, params)
+
+    async def aclose(self) -> None:
+        """Close the connections ``complete`` opened (``complete_many`` closes its own)."""
+        if self._loop_client is not None:
+            client, self._loop_client = self._loop_client[1], None
+            await client.close()
+
+    def _check_budget(self) -> None:
+        budget, usage = self.budget, self.usage
+        if budget.max_requests is not None and usage.requests >= budget.max_requests:
+            raise BudgetExceeded(f"request budget of {budget.max_requests} spent ({usage.requests} requests sent)")
+        used = usage.prompt_tokens + usage.completion_tokens
+        if budget.max_tokens is not None and used >= budget.max_tokens:
+            raise BudgetExceeded(f"token budget of {budget.max_tokens} spent ({used} tokens used)")
+
+    async def _complete(self, client: Any, messages: Messages, params: SamplingParams) -> ChatResult:
+        start = time.perf_counter()
+        where = f"{safe_url(self.base_url)} ({self.model})"
+        for attempt in range(self.max_retries + 1):
+            self._check_budget()
+            self.usage.requests += 1
+            if attempt:
+                self.usage.retries += 1
+            try:
+                response = await client.chat.completions.create(
+                    model=self.model, messages=list(messages), **params.to_request()
+                )
+                return self._result(response, attempt + 1, time.perf_counter() - start)
+            except Exception as exc:  # noqa: BLE001 - classified below; anything unknown is re-raised
+                reason, retry_after = self._classify(exc, where, attempt)
+            if attempt == self.max_retries:
+                raise ProviderError(f"{where}: still failing after {attempt + 1} attempts; last error: {reason}")
+            delay = min(self.max_backoff, retry_after if retry_after is not None
+                        else backoff_delay(attempt, base=self.backoff, cap=self.max_backoff, rng=self._rng))
+            logger.info("%s: %s; retry %d/%d in %.2f s", where, reason, attempt + 1, self.max_retries, delay)
+            await asyncio.sleep(delay)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _classify(self, exc: Exception, where: str, attempt: int) -> tuple[str, float | None]:
+        """``(reason, retry_after)`` for a retryable failure; raises for the others."""
+        import openai
+
+        if isinstance(exc, _BadResponse):
+            return str(exc), None
+        if isinstance(exc, openai.APIStatusError):
+            status = exc.status_code
+            body = exc.response.content if exc.response is not None else b""
+            message = self._secret.redact(error_message(body or str(exc)))
+            if status in (401, 403):
+                raise _FatalError(f"{where}: HTTP {status}: {message} (check the API key)") from None
+            if status == 404:
+                raise _FatalError(f"{where}: HTTP 404: {message} (is the model id and base URL right?)") from None
+            if status == 429 and b"insufficient_quota" in body:
+                raise _FatalError(f"{where}: HTTP 429: {message} (quota used up)") from None
+            if status < 500 and status not in (408, 409, 429):
+                raise ProviderError(f"{where}: HTTP {status}: {message}") from None
+            return f"HTTP {status}: {message}", parse_retry_after(exc.response.headers) if exc.response is not None else None
+        if isinstance(exc, openai.APITimeoutError):
+            return f"timed out after {self.timeout:g} s", None
+        if isinstance(exc, openai.APIConnectionError):
+            refused = any(isinstance(e, ConnectionRefusedError) or type(e).__name__ == "ConnectError" for e in _chain(exc))
+            if refused and attempt == self.max_retries:
+                raise MissingResourceError(
+                    f"cannot connect to {safe_url(self.base_url)}: connection refused on {attempt + 1} attempts. "
+                    "Start an OpenAI-compatible server first, e.g. `vllm serve MODEL --port 8000` or "
+                    "`llama-server -m MODEL.gguf --port 8080`, and pass its address as --base-url http://HOST:PORT/v1"
+                ) from None
+            return ("connection refused" if refused else f"connection failed ({type(exc).__name__})"), None
+        if isinstance(exc, (openai.APIResponseValidationError, ValueError)):
+            return f"answer is not a chat completion ({type(exc).__name__})", None
+        raise exc
+
+    def _result(self, response: Any, attempts: int, seconds: float) -> ChatResult:
+        usage = getattr(response, "usage", None)
+        prompt = int(getattr(usage, "prompt_tokens", 0) or 0)
+        completion = int(getattr(usage, "completion_tokens", 0) or 0)
+        self.usage.prompt_tokens += prompt
+        self.usage.completion_tokens += completion
+        choices = getattr(response, "choices", None)
+        if not choices:
+            shown = response[:80] if isinstance(response, str) else type(response).__name__
+            raise _BadResponse(f"answer has no choices ({shown!r})")
+        choice = choices[0]
+        message = getattr(choice, "message", None)
+        text = getattr(message, "content", None) or ""
+        reasoning = getattr(message, "reasoning_content", None) or getattr(message, "reasoning", None) or None
+        if not isinstance(text, str) or (not text.strip() and not reasoning):
+            raise _BadResponse(f"empty content (finish_reason={getattr(choice, 'finish_reason', None)!r})")
+        return ChatResult(text, reasoning if isinstance(reasoning, str) else None,
+                          getattr(choice, "finish_reason", None), prompt, completion, attempts, seconds)
+
+    # ------------------------------------------------------------ many requests
+    def complete_many(
+        self,
+        jobs: Sequence[ChatJob],
+        *,
+        concurrency: int = 8,
+        on_result: Callable[[ChatJob, ChatResult | Exception], None],
+        progress: bool = True,
+    ) -> Usage:
+        """Run ``jobs`` with at most ``concurrency`` requests in flight; return the cumulative usage.
+
+        ``on_result(job, result_or_error)`` is called in the calling thread as each job finishes, so
+        the caller can store it at once; a job that failed gets its ``ProviderError``. When the
+        budget runs out or the run must stop (server refusing connections, bad key), no new
+        request is sent, the requests in flight finish and are delivered, and the error is raised
+        at the end (``BudgetExceeded`` carries the number of jobs left in ``pending``).
+        """
+        if concurrency < 1:
+            raise UsageError(f"concurrency must be at least 1, got {concurrency}")
+        jobs = list(jobs)
+        if not jobs:
+            return self.usage
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(jobs), desc=f"chat {self.model}", unit="req", disable=not progress)
+
+        def deliver(job: ChatJob, outcome: ChatResult | Exception) -> None:
+            on_result(job, outcome)
+            bar.update(1)
+            if self.usage.retries or self.usage.failures:
+                bar.set_postfix(retries=self.usage.retries, failures=self.usage.failures, refresh=False)
+
+        try:
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                asyncio.run(self._run_all(jobs, concurrency, deliver))
+            else:  # called from async code: run the loop in a helper thread, deliver here
+                self._run_in_thread(jobs, concurrency, deliver)
+        finally:
+            bar.close()
+        return self.usage
+
+    def _run_in_thread(self, jobs: list[ChatJob], concurrency: int, deliver: Callable) -> None:
+        inbox: queue.Queue = queue.Queue()
+        done = object()
+        errors: list[BaseException] = []
+
+        def target() -> None:
+            try:
+                asyncio.run(self._run_all(jobs, concurrency, lambda job, out: inbox.put((job, out))))
+            except BaseException as exc:  # noqa: BLE001 - handed to the calling thread
+                errors.append(exc)
+            finally:
+                inbox.put(done)
+
+        thread = threading.Thread(target=target, name="r2med-chat", daemon=True)
+        thread.start()
+        while (item := inbox.get()) is not done:
+            deliver(*item)
+        thread.join()
+        if errors:
+            raise errors[0]
+
+    async def _run_all(self, jobs: list[ChatJob], concurrency: int, deliver: Callable) -> None:
+        client = self._new_async_client()
+        pending = iter(jobs)
+        stop: list[BaseException] = []
+        taken = [0]
+
+        async def worker() -> None:
+            while not stop:
+                job = next(pending, None)
+                if job is None:
+                    return
+                taken[0] += 1
+                try:
+                    outcome: ChatResult | Exception = await self._complete(client, job.messages, job.params)
+                except BudgetExceeded as exc:
+                    taken[0] -= 1
+                    stop.append(exc)
+                    return
+                except (MissingResourceError, _FatalError) as exc:
+                    self.usage.failures += 1
+                    stop.append(exc)
+                    return
+                except ProviderError as exc:
+                    self.usage.failures += 1
+                    logger.warning("request %s failed: %s", job.key[:12], exc)
+                    outcome = exc
+                try:
+                    deliver(job, outcome)
+                except BaseException as exc:
+                    stop.append(exc)
+                    raise
+
+        try:
+            results = await asyncio.gather(*(worker() for _ in range(min(concurrency, len(jobs)))), return_exceptions=True)
+        finally:
+            await client.close()
+        for item in results:
+            if isinstance(item, BaseException) and not stop:
+                raise item
+        if stop:
+            first = stop[0]
+            if isinstance(first, BudgetExceeded):
+                left = len(jobs) - taken[0]
+                raise BudgetExceeded(f"{first} after {taken[0]} of {len(jobs)} jobs; every finished one was kept, "
+                                     f"{left} not sent (raise the budget and rerun to finish them)", pending=left)
+            raise first
