@@ -116,6 +116,15 @@ def cmd_run_pipeline(args: argparse.Namespace) -> int:
 
     stages = run_pipeline(spec, progress=not (args.quiet or args.json), resume=not args.force, on_result=progress)
     tables = {system: summarise(results) for system, results in stages.items()}
+    if args.reranker and stages:
+        from r2med.datasets import load_dataset, locate
+
+        last = list(stages)[-1]
+        targets = locate(list(spec.datasets) if spec.datasets else None, data_dir=spec.data_dir)
+        loaders = [lambda name=name, path=path: load_dataset(name, path=path) for name, path in targets]
+        args.output = spec.output
+        table, folder = _rerank_stage(args, last, loaders)
+        tables[str(folder.relative_to(spec.output)) if folder else f"reranked {last}"] = table
     if args.json:
         _emit_json(tables)
         return 0
@@ -125,6 +134,21 @@ def cmd_run_pipeline(args: argparse.Namespace) -> int:
     print(f"nDCG@10 x100 -> {spec.output}")
     print(markdown_table(["dataset", *systems], rows, align_right=[False, *([True] * len(systems))]))
     return 0
+
+
+def _rerank_stage(args: argparse.Namespace, stage, loaders) -> tuple[dict, Path | None]:
+    """``run --reranker``: rerank the stage just written; the table shows the reranked numbers."""
+    from r2med.commands.rerank import rerank_after_run
+    from r2med.pipeline import summarise
+
+    def progress(result) -> None:
+        if not args.json and not args.quiet:
+            how = "stored result reused" if result.reused else f"{result.seconds:.1f} s"
+            print(f"{result.dataset}: reranked top {args.rerank_top_k}: nDCG@10 "
+                  f"{_pct(result.scores.rounded()['ndcg_at_10'])} ({how}) -> {result.files.result}", file=sys.stderr)
+
+    results = rerank_after_run(args, str(stage), loaders, on_result=progress)
+    return summarise(results), (results[0].files.result.parent if results else None)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -160,10 +184,11 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"{result.dataset}: nDCG@10 {_pct(result.scores.rounded()['ndcg_at_10'])} "
                   f"({result.scores.n_queries} queries, {how}) -> {result.files.result}", file=sys.stderr)
 
+    from r2med.store.results import SystemPath
+
     if args.expansion:
         from r2med.expansion.published import parse_expansion_spec
         from r2med.pipeline import run_gar
-        from r2med.store.results import SystemPath
 
         method, llm = parse_expansion_spec(args.expansion)
 
@@ -187,12 +212,16 @@ def cmd_run(args: argparse.Namespace) -> int:
                                 on_result=progress)
         where = None
     table = summarise(results)
+    stage = where or SystemPath.base(retriever.name)
+    shown = Path(args.output).joinpath(*stage.parts)
+    if args.reranker:
+        table, folder = _rerank_stage(args, stage, loaders)
+        shown = folder or shown
     if args.json:
         _emit_json(table)
         return 0
     rows = [[name, _pct(row["ndcg_at_10"]), _pct(row["recall_at_100"])] for name, row in table.items()]
-    shown = Path(args.output).joinpath(*where.parts) if where else Path(args.output) / "base retriever" / retriever.name
-    print(f"{retriever.name} -> {shown}")
+    print(f"{retriever.name}{' + ' + args.reranker + ' top ' + str(args.rerank_top_k) if args.reranker else ''} -> {shown}")
     print(markdown_table(["dataset", "nDCG@10", "R@100"], rows, align_right=[False, True, True]))
     return 0
 
@@ -392,7 +421,7 @@ def cmd_datasets_validate(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------- parser
 #: modules of r2med.commands registered as subcommands (their imports are light: work is imported lazily)
-COMMAND_MODULES = ("expand", "leaderboard", "compare", "report")
+COMMAND_MODULES = ("expand", "rerank", "leaderboard", "compare", "report")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -457,6 +486,14 @@ def build_parser() -> argparse.ArgumentParser:
     rn.add_argument("--bm25-composition", default=None, choices=["query2doc-spaced"],
                     help="BM25 with query2doc: the corrected query + ' ' + query + ' ' + expansion instead of the "
                          "official glued query*2 (stored under gar/query2doc-spaced/)")
+    rn.add_argument("--reranker", default=None, metavar="NAME|PATH",
+                    help="rerank each dataset's top --rerank-top-k afterwards (see r2med rerank); results under "
+                         "reranker/<reranker>/<system>/top_<k>/")
+    rn.add_argument("--rerank-top-k", type=int, default=100, help="documents reranked per query (default 100)")
+    rn.add_argument("--rerank-batch-size", type=int, default=None, help="pointwise reranker: pairs per batch")
+    from r2med.commands.rerank import add_reranker_options
+
+    add_reranker_options(rn)
     rn.add_argument("--no-cache", action="store_true", help="neither reuse nor save indexes and embeddings under R2MED_HOME")
     rn.add_argument("--resume", dest="force", action="store_false", default=False,
                     help="reuse a stored result whose manifest shows the same configuration and data (default)")

@@ -127,7 +127,9 @@ def write_result(
             handle.write(json.dumps({"qid": qid, **values}) + "\n")
 
     pq_path = write_atomic(folder / f"{dataset}.per_query.jsonl", per_query)
-    record = result_record(dataset, model_name or where.system, scores, seconds)
+    # the official reranker files name the reranker, the others the retriever
+    model = model_name or (where.reranker if where.kind == "reranker" and where.reranker else where.system)
+    record = result_record(dataset, model, scores, seconds)
     result_path = write_text_atomic(folder / f"{dataset}.json", json.dumps(record, indent=2, sort_keys=True))
     return ResultFiles(result_path, run_path, pq_path)
 

@@ -1,0 +1,31 @@
+"""Rerankers: cross-encoders, a pointwise LLM (RankLLaMA) and listwise LLMs (RankGPT's sliding window).
+
+Every reranker maps ``(queries, corpus, run) -> run`` over each query's first ``top_k`` documents
+(``base.Reranker``); documents below the top k keep their order under the reranked ones. Names
+resolve through ``registry.make_reranker``; ``stage.rerank_results`` evaluates and stores results in
+the official layout. Only small pure modules are imported here: torch, sentence-transformers, peft
+and the LLM client load when a reranker is built.
+
+>>> from r2med.rerankers import parse_permutation, sliding_windows
+>>> sliding_windows(30), parse_permutation("[2] > [1]", 3)
+([(10, 30), (0, 20)], [1, 0, 2])
+"""
+
+from r2med.rerankers.base import Reranker, assemble, order_by_scores, ranked_scores, split_head
+from r2med.rerankers.permutation import PermutationReport, parse_permutation, read_permutation
+from r2med.rerankers.prompts import rankgpt_messages
+from r2med.rerankers.windows import apply_permutation, sliding_windows
+
+__all__ = [
+    "PermutationReport",
+    "Reranker",
+    "apply_permutation",
+    "assemble",
+    "order_by_scores",
+    "parse_permutation",
+    "ranked_scores",
+    "rankgpt_messages",
+    "read_permutation",
+    "sliding_windows",
+    "split_head",
+]

@@ -1,0 +1,109 @@
+"""The reranker role, and how a reranked top k becomes a run.
+
+A reranker maps ``(queries, corpus, run) -> run``: per query it reorders the first ``top_k``
+documents of the first stage (``Run.ranked`` order) and leaves the rest where they were, below
+them. It never adds, drops or repeats a document.
+
+Scores of a reranked run are ranks, not model scores: with ``n`` documents for a query, the document
+at 0-based position ``i`` of the new order scores ``float(n - i)`` (the first ``n``, the last ``1``).
+They are strictly decreasing, so trec_eval, which sorts by score (ties by document id), and
+``Run.ranked`` both see exactly the new order, and every reranked document outscores every
+document below the top k. The model's own scores live in the score cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Protocol, runtime_checkable
+
+from r2med.errors import InvalidInputError, UsageError
+from r2med.types import Run
+
+
+@runtime_checkable
+class Reranker(Protocol):
+    """Reorders each query's first ``top_k`` documents; ``name`` is its results-folder name."""
+
+    name: str
+
+    def rerank(self, queries: Mapping[str, str], corpus: Mapping[str, str], run: Run, *, top_k: int = 100) -> Run: ...
+
+
+def check_top_k(top_k: int) -> int:
+    """``top_k`` if it is a positive int; UsageError otherwise.
+
+    >>> check_top_k(10)
+    10
+    """
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+        raise UsageError(f"the number of documents to rerank (--top-k) must be a positive integer, got {top_k!r}")
+    return top_k
+
+
+def split_head(run: Run, qid: str, top_k: int) -> tuple[list[str], list[str]]:
+    """``(first top_k documents, the rest)`` of ``qid`` in ``Run.ranked`` order.
+
+    >>> split_head(Run({"q": {"a": 1.0, "b": 3.0, "c": 2.0}}), "q", 2)
+    (['b', 'c'], ['a'])
+    """
+    ranked = [doc for doc, _ in run.ranked(qid)]
+    return ranked[:top_k], ranked[top_k:]
+
+
+def ranked_scores(order: Sequence[str]) -> dict[str, float]:
+    """Scores that encode ``order``: the ``i``-th of ``n`` documents scores ``n - i``.
+
+    >>> ranked_scores(["x", "y", "z"])
+    {'x': 3.0, 'y': 2.0, 'z': 1.0}
+    """
+    n = len(order)
+    return {doc: float(n - i) for i, doc in enumerate(order)}
+
+
+def order_by_scores(docs: Sequence[str], scores: Sequence[float]) -> list[str]:
+    """``docs`` by score, highest first; equal scores keep their input (first-stage) order.
+
+    >>> order_by_scores(["a", "b", "c", "d"], [0.1, 0.7, 0.1, 0.9])
+    ['d', 'b', 'a', 'c']
+    """
+    if len(docs) != len(scores):
+        raise ValueError(f"{len(docs)} documents but {len(scores)} scores")
+    positions = sorted(range(len(docs)), key=lambda i: (-float(scores[i]), i))
+    return [docs[i] for i in positions]
+
+
+def check_texts(queries: Mapping[str, str], corpus: Mapping[str, str], run: Run, top_k: int) -> None:
+    """InvalidInputError naming every query of ``run`` without a text, and every top-k document not in the corpus."""
+    problems: list[str] = []
+    for qid in run:
+        if qid not in queries:
+            problems.append(f"query {qid!r} of the run is not among the dataset's queries")
+            continue
+        head, _ = split_head(run, qid, top_k)
+        problems.extend(f"document {doc!r} (query {qid!r}) is not in the corpus" for doc in head if doc not in corpus)
+    if problems:
+        raise InvalidInputError(
+            f"the run {run.name!r} does not match the dataset ({len(problems)} problems); "
+            "rerank a run made on the same dataset",
+            problems,
+        )
+
+
+def assemble(run: Run, heads: Mapping[str, Sequence[str]], top_k: int, *, name: str) -> Run:
+    """The reranked run: per query the new order of its head, then its untouched tail, scored by rank.
+
+    A query missing from ``heads`` keeps its order. ValueError if a new head is not a permutation of the
+    old one (a reranker bug: it must never drop or repeat a document).
+
+    >>> run = Run({"q": {"a": 4.0, "b": 3.0, "c": 2.0, "d": 1.0}})
+    >>> assemble(run, {"q": ["b", "a"]}, 2, name="x")["q"]
+    {'b': 4.0, 'a': 3.0, 'c': 2.0, 'd': 1.0}
+    """
+    out = Run(name=name)
+    for qid in run:
+        head, tail = split_head(run, qid, top_k)
+        new_head = list(heads.get(qid, head))
+        if len(new_head) != len(head) or set(new_head) != set(head):
+            raise ValueError(f"query {qid!r}: the reranked head {new_head} is not a permutation of {head}")
+        out[qid] = ranked_scores(new_head + tail)
+    return out

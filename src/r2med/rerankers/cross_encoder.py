@@ -1,0 +1,116 @@
+"""Cross-encoders through sentence-transformers' ``CrossEncoder``: bge-reranker-v2-m3, monoBERT, any by name or path.
+
+The pair is tokenized as ``(query, document)`` with ``longest_first`` truncation to ``max_length``,
+as the R2MED authors' ``RerankerModel.predict`` did; the score is the raw logit (no sigmoid), and for
+a two-class head (monoBERT) the logit of class 1, "relevant", which is what the authors ranked by.
+The model loads on the first batch that needs scoring, so a run answered from the score cache
+never loads it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from r2med.errors import UsageError
+from r2med.rerankers.pointwise import require
+
+logger = logging.getLogger(__name__)
+
+
+class CrossEncoderScorer:
+    """A ``PairScorer`` over ``sentence_transformers.CrossEncoder``.
+
+    ``score_column`` picks the logit of a multi-output head (default: the only one, or class 1 of two);
+    ``dtype`` is used on CUDA only (float32 elsewhere); ``device`` None picks cuda, mps or cpu.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        max_length: int | None = None,
+        device: str | None = None,
+        dtype: str | None = None,
+        revision: str | None = None,
+        score_column: int | None = None,
+        trust_remote_code: bool = False,
+    ) -> None:
+        from r2med.retrievers.dense.encoders import check_model_exists, effective_dtype, resolve_device
+
+        require("torch")
+        require("sentence_transformers")
+        if max_length is not None and max_length < 1:
+            raise UsageError(f"max length must be positive, got {max_length}")
+        check_model_exists(model)
+        self.model_id = model
+        self.max_length = max_length
+        self.revision = revision
+        self.score_column = score_column
+        self.trust_remote_code = trust_remote_code
+        self._model: Any = None
+        self.device = resolve_device(device)
+        self.dtype = effective_dtype(dtype, self.device)
+
+    def describe(self) -> dict[str, Any]:
+        from r2med.retrievers.dense.encoders import model_fingerprint
+
+        return {
+            "kind": "cross-encoder",
+            "model": self.model_id,
+            "weights": model_fingerprint(self.model_id, self.revision),
+            "max_length": self.max_length,
+            "score_column": self.score_column,
+            "dtype": self.dtype,
+            "input": "(query, document), longest_first truncation, raw logit",
+        }
+
+    def load(self) -> Any:
+        """The loaded ``CrossEncoder`` (loaded once)."""
+        if self._model is None:
+            from r2med.retrievers.dense.encoders import dtype_kwargs, hub_kwargs, load_error
+
+            st = require("sentence_transformers")
+            kwargs: dict[str, Any] = {"device": self.device, "trust_remote_code": self.trust_remote_code, **hub_kwargs(self.revision)}
+            if self.max_length is not None:
+                kwargs["max_length"] = self.max_length
+            if self.dtype != "float32":
+                kwargs["model_kwargs"] = dtype_kwargs(self.dtype)
+            logger.info("loading cross-encoder %s on %s (%s, max length %s)", self.model_id, self.device, self.dtype, self.max_length)
+            try:
+                model = st.CrossEncoder(self.model_id, **kwargs)
+            except OSError as exc:
+                raise load_error(self.model_id, exc) from exc
+            model.eval()
+            self._model = model
+        return self._model
+
+    def score(self, queries: Sequence[str], documents: Sequence[str]) -> list[float]:
+        torch = require("torch")
+        model = self.load()
+        with torch.inference_mode():
+            logits = model.predict(
+                list(zip(queries, documents)),
+                batch_size=max(1, len(queries)),
+                activation_fn=torch.nn.Identity(),
+                show_progress_bar=False,
+                convert_to_numpy=True,
+            )
+        return [float(x) for x in self._column(logits)]
+
+    def _column(self, logits: Any) -> Any:
+        if logits.ndim == 1:
+            return logits
+        outputs = logits.shape[1]
+        column = self.score_column
+        if column is None:
+            if outputs > 2:
+                raise UsageError(
+                    f"cross-encoder {self.model_id} has {outputs} outputs per pair; say which one is relevance "
+                    "(score_column)"
+                )
+            column = outputs - 1  # the only logit, or class 1 ("relevant") of a two-class head
+        if not 0 <= column < outputs:
+            raise UsageError(f"score column {column} is out of range for {self.model_id}, which has {outputs} outputs")
+        return logits[:, column]

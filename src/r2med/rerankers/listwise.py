@@ -1,0 +1,252 @@
+"""Listwise reranking with an LLM over any OpenAI-compatible chat endpoint (RankGPT's sliding window).
+
+Per query, windows of ``window`` passages slide over the top k (``sliding_windows``: back to front,
+stride 10, by default); each window's answer is parsed into a permutation (``read_permutation``,
+after ``split_reasoning`` has set a reasoning model's trace aside) that reorders that window before
+the next one is built. Windows of one query are sequential; queries run side by side: each round
+sends the next window of every unfinished query through ``ChatClient.complete_many``, which keeps
+at most ``concurrency`` requests in flight and retries failures.
+
+Every response is appended to a ``ResponseCache`` under the request's key (model, messages,
+sampling: the prompt hash) before it is used, with its reasoning trace, so an interrupted or
+repeated run sends only the windows it has not seen. ``window_log`` keeps, per window of the last
+call, the documents, the new order, what the parser repaired and the trace.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from r2med.errors import ProviderError, UsageError
+from r2med.expansion.reasoning import STYLES, split_reasoning
+from r2med.llm.cache import ResponseCache
+from r2med.llm.client import ChatClient, ChatJob, ChatResult, SamplingParams, request_key
+from r2med.rerankers.base import assemble, check_texts, check_top_k, split_head
+from r2med.rerankers.permutation import PermutationReport, read_permutation
+from r2med.rerankers.prompts import rankgpt_messages
+from r2med.rerankers.windows import apply_permutation, sliding_windows
+from r2med.types import Run
+
+logger = logging.getLogger(__name__)
+
+TASK = "rerank-listwise/1"
+ON_ERROR = ("raise", "keep")
+
+
+@dataclass
+class _Query:
+    qid: str
+    order: list[str]
+    windows: list[tuple[int, int]]
+    position: int = 0
+    error: Exception | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.error is not None or self.position >= len(self.windows)
+
+
+@dataclass
+class _Waiting:
+    query: _Query
+    start: int
+    end: int
+    docs: list[str]
+
+
+@dataclass(frozen=True)
+class ListwiseStats:
+    """Windows of the last call: all, answered from the cache, requested, repaired answers, failed; the client's tokens."""
+
+    windows: int
+    cached: int
+    requested: int
+    repaired: int
+    failed: int
+    prompt_tokens: int
+    completion_tokens: int
+
+
+@dataclass
+class ListwiseReranker:
+    """RankGPT-style listwise reranking through ``client``.
+
+    ``params``: sampling (temperature 0 as RankGPT); ``max_words`` per passage; ``with_scores`` shows
+    first-stage scores in the prompt (InsertRank); ``style``: the reasoning-output style (see
+    ``r2med.expansion.reasoning``; ``auto`` detects it); ``on_error``: ``raise`` (after every other
+    query has finished, so the cache keeps their windows) or ``keep`` (a failed window keeps its order).
+    """
+
+    client: ChatClient
+    name: str = "listwise"
+    window: int = 20
+    stride: int = 10
+    direction: str = "back_to_front"
+    max_words: int | None = 300
+    params: SamplingParams = field(default_factory=lambda: SamplingParams(temperature=0.0))
+    cache: ResponseCache | None = None
+    concurrency: int = 8
+    with_scores: bool = False
+    style: str = "auto"
+    on_error: str = "raise"
+    progress: bool = True
+    window_log: list[dict[str, Any]] = field(default_factory=list, init=False)
+    last_stats: ListwiseStats | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        sliding_windows(0, self.window, self.stride, direction=self.direction)  # validates all three
+        if self.on_error not in ON_ERROR:
+            raise UsageError(f"on_error must be one of {', '.join(ON_ERROR)}, got {self.on_error!r}")
+        if self.style != "auto" and self.style not in STYLES:
+            raise UsageError(f"unknown reasoning style {self.style!r}; valid: auto, {', '.join(STYLES)}")
+        if self.concurrency < 1:
+            raise UsageError(f"concurrency must be at least 1, got {self.concurrency}")
+        if self.max_words is not None and self.max_words < 1:
+            raise UsageError(f"max words per passage must be positive, got {self.max_words}")
+
+    def describe(self) -> dict[str, Any]:
+        """What determines this reranker's output (the endpoint's address is not part of it)."""
+        return {
+            "kind": "listwise", "task": TASK, "name": self.name, "model": self.client.model,
+            "window": self.window, "stride": self.stride, "direction": self.direction, "max_words": self.max_words,
+            "params": self.params.to_request(), "with_scores": self.with_scores, "style": self.style,
+            "on_error": self.on_error,
+        }
+
+    # ---------------------------------------------------------------- prompt and parsing
+    def messages(self, query: str, docs: Sequence[str], corpus: Mapping[str, str], scores: Mapping[str, float] | None) -> list[dict[str, str]]:
+        """The chat messages for one window of ``docs``."""
+        shown = [scores[d] for d in docs] if self.with_scores and scores is not None else None
+        return rankgpt_messages(query, [corpus[d] for d in docs], max_words=self.max_words, scores=shown)
+
+    def key(self, messages: list[dict[str, str]]) -> str:
+        """The cache key of a window's request (model, messages, sampling, task version)."""
+        return request_key(self.client.model, messages, self.params, extra={"task": TASK})
+
+    def parse(self, text: str, reasoning: str | None, n: int) -> tuple[PermutationReport, str, str]:
+        """``(report, trace, answer)`` for a response to a window of ``n`` passages."""
+        parsed = split_reasoning(text, style=self.style, reasoning_content=reasoning)
+        answer = "" if parsed.truncated else parsed.answer
+        report = read_permutation(answer, n)
+        if parsed.truncated:
+            report = PermutationReport(report.order, (), (), (), report.missing, "unfinished-trace")
+        return report, parsed.reasoning, answer
+
+    # ---------------------------------------------------------------- reranking
+    def rerank(self, queries: Mapping[str, str], corpus: Mapping[str, str], run: Run, *, top_k: int = 100) -> Run:
+        """Rerank each query's first ``top_k`` documents window by window (see the module docstring)."""
+        from tqdm.auto import tqdm
+
+        check_top_k(top_k)
+        check_texts(queries, corpus, run, top_k)
+        self.window_log = []
+        states = {}
+        for qid in run:
+            head = split_head(run, qid, top_k)[0]
+            windows = sliding_windows(len(head), self.window, self.stride, direction=self.direction)
+            # a window of one passage has one possible order: no request
+            states[qid] = _Query(qid, head, [(s, e) for s, e in windows if e - s > 1])
+        memo: dict[str, dict[str, Any]] = {}
+        total = sum(len(s.windows) for s in states.values())
+        bar = tqdm(total=total, desc=f"reranking ({self.name})", unit="window", disable=not self.progress, leave=False)
+        try:
+            while True:
+                jobs: dict[str, ChatJob] = {}
+                waiting: dict[str, list[_Waiting]] = {}
+                for state in states.values():
+                    self._advance(state, queries, corpus, run, memo, jobs, waiting, bar)
+                if not jobs:
+                    break
+
+                def on_result(job: ChatJob, outcome: ChatResult | Exception, waiting=waiting) -> None:
+                    record = None if isinstance(outcome, Exception) else self._store(job.key, outcome, waiting[job.key], memo)
+                    for item in waiting[job.key]:
+                        if record is not None:
+                            self._apply(item, record, cached=False)
+                        elif self.on_error == "keep":
+                            logger.warning("query %s, window %d-%d: %s; the window keeps its order",
+                                           item.query.qid, item.start + 1, item.end, outcome)
+                            self._log(item, None, None, cached=False, error=str(outcome))
+                            item.query.position += 1
+                        else:
+                            item.query.error = outcome  # type: ignore[assignment]
+                        bar.update(1)
+
+                self.client.complete_many(list(jobs.values()), concurrency=self.concurrency, on_result=on_result, progress=False)
+        finally:
+            bar.close()
+        failed = [s for s in states.values() if s.error is not None]
+        if failed:
+            where = f"; every finished window is kept in {self.cache.path}: rerun to resume" if self.cache is not None else ""
+            raise ProviderError(f"{len(failed)} of {len(states)} queries could not be reranked (first: query "
+                                f"{failed[0].qid}: {failed[0].error}){where}")
+        self._summarise()
+        return assemble(run, {qid: s.order for qid, s in states.items()}, top_k, name=self.name)
+
+    def _advance(self, state: _Query, queries, corpus, run, memo, jobs, waiting, bar) -> None:
+        """Apply the query's next windows from the cache; queue the first one that needs a request."""
+        while not state.done:
+            start, end = state.windows[state.position]
+            docs = state.order[start:end]
+            messages = self.messages(queries[state.qid], docs, corpus, run[state.qid])
+            key = self.key(messages)
+            record = memo.get(key) or (self.cache.get(key) if self.cache is not None else None)
+            item = _Waiting(state, start, end, docs)
+            if record is None:
+                jobs.setdefault(key, ChatJob(key, messages, self.params))
+                waiting.setdefault(key, []).append(item)
+                return
+            self._apply(item, record, cached=True)
+            bar.update(1)
+
+    def _store(self, key: str, result: ChatResult, items: list[_Waiting], memo: dict) -> dict[str, Any]:
+        first = items[0]
+        record = {
+            "task": TASK, "model": self.client.model, "qid": first.query.qid, "window": [first.start, first.end],
+            "docids": first.docs, "text": result.text, "reasoning": result.reasoning, "finish_reason": result.finish_reason,
+            "prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens,
+            "attempts": result.attempts, "seconds": round(result.seconds, 3),
+        }
+        if self.cache is not None:
+            self.cache.append(key, record)
+        memo[key] = record
+        return record
+
+    def _apply(self, item: _Waiting, record: Mapping[str, Any], *, cached: bool) -> None:
+        report, trace, answer = self.parse(record.get("text") or "", record.get("reasoning"), len(item.docs))
+        state = item.query
+        state.order = apply_permutation(state.order, item.start, item.end, report.order)
+        state.position += 1
+        self._log(item, report, record, cached=cached, trace=trace, answer=answer)
+
+    def _log(self, item: _Waiting, report: PermutationReport | None, record: Mapping[str, Any] | None, *,
+             cached: bool, trace: str = "", answer: str = "", error: str | None = None) -> None:
+        entry: dict[str, Any] = {
+            "qid": item.query.qid, "window": [item.start, item.end], "docids": item.docs,
+            "order": [item.docs[i] for i in report.order] if report is not None else item.docs,
+            "cached": cached,
+        }
+        if report is not None:
+            entry.update(source=report.source, clean=report.clean, duplicates=list(report.duplicates),
+                         out_of_range=list(report.out_of_range), missing=list(report.missing))
+        if record is not None:
+            entry.update(finish_reason=record.get("finish_reason"), reasoning=trace, answer=answer)
+        if error is not None:
+            entry["error"] = error
+        self.window_log.append(entry)
+
+    def _summarise(self) -> None:
+        windows = len(self.window_log)
+        cached = sum(1 for e in self.window_log if e["cached"])
+        repaired = sum(1 for e in self.window_log if e.get("clean") is False)
+        failed = sum(1 for e in self.window_log if "error" in e)
+        usage = self.client.usage
+        self.last_stats = ListwiseStats(windows, cached, windows - cached, repaired, failed,
+                                        usage.prompt_tokens, usage.completion_tokens)
+        logger.info("%s: %d windows (%d from the cache), %d answers repaired, %d failed", self.name, windows, cached, repaired, failed)
+        if repaired:
+            logger.warning("%s: %d of %d window answers were not a clean permutation (repeats, unknown or missing "
+                           "identifiers, no answer); see the window log", self.name, repaired, windows)

