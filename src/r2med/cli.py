@@ -16,13 +16,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from r2med import __version__
+from r2med.commands.args import csv_list as _csv
+from r2med.commands.args import pct as _pct
 from r2med.errors import R2MedError, UsageError
 
 logger = logging.getLogger("r2med")
-
-
-def _csv(text: str) -> list[str]:
-    return [part.strip() for part in text.split(",") if part.strip()]
 
 
 def _ints(text: str) -> list[int]:
@@ -32,11 +30,6 @@ def _ints(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
 
 
-def _pct(value: float) -> str:
-    """A 5-decimal result value as the leaderboard shows it: x100, 2 decimals, half up."""
-    from r2med.reporting.tables import pct
-
-    return pct(value)
 
 
 def _emit_json(obj: object) -> None:

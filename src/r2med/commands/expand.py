@@ -12,23 +12,11 @@ import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from r2med.commands.args import csv_list as _csv
+from r2med.commands.args import positive_int as _positive
 from r2med.errors import MissingResourceError, UsageError
 from r2med.expansion.prompts import METHODS
 from r2med.expansion.reasoning import POLICIES, STYLES
-
-
-def _csv(text: str) -> list[str]:
-    return [part.strip() for part in text.split(",") if part.strip()]
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected at least 1, got {value}")
-    return value
 
 
 def sampling_kind(base_url: str) -> str:

@@ -15,23 +15,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from r2med.commands.args import csv_list as _csv
+from r2med.commands.args import pct as _pct
+from r2med.commands.args import positive_int as _positive
 from r2med.errors import UsageError
 
 _STYLES = ("auto", "plain", "think", "huatuo", "sky-t1", "search-r1")
-
-
-def _csv(text: str) -> list[str]:
-    return [part.strip() for part in text.split(",") if part.strip()]
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected at least 1, got {value}")
-    return value
 
 
 def _temperature(text: str) -> float | None:
@@ -42,10 +31,6 @@ def _temperature(text: str) -> float | None:
         return float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number or 'none', got {text!r}") from None
-
-
-def _pct(value: float) -> str:
-    return f"{100 * value:.2f}"
 
 
 def add_reranker_options(parser: argparse.ArgumentParser) -> None:
