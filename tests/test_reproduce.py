@@ -62,8 +62,10 @@ def test_published_reference_and_plans():
     assert len(bm25) == 8 and round(sum(bm25.values()) / 8 * 100, 2) == 15.13
     assert plan_for("gar/query2doc/gpt4/nv").expansion == ("query2doc", "gpt4")
     assert plan_for("base retriever/bm25").retriever == "bm25"
-    with pytest.raises(UsageError, match="r2med rerank"):
-        plan_for("reranker/monobert/nv/top_10")
+    assert (plan_for("reranker/bge-reranker/nv/top_10").reranker, plan_for("reranker/bge-reranker/nv/top_10").rerank_top_k) == (
+        "bge-reranker", 10)
+    with pytest.raises(UsageError, match="not a published system"):
+        plan_for("fusion/x")
     with pytest.raises(UsageError, match="not a system path"):
         plan_for("bm25")
 

@@ -242,6 +242,15 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
                           policy=plan.answer_policy, settings=settings, resume=not args.force)
     else:
         results = run_retriever(retriever, loaders, output=args.output, resume=not args.force)
+    if plan.reranker is not None:
+        from r2med.rerankers.registry import RerankerOptions, make_reranker
+        from r2med.rerankers.stage import FirstStage, rerank_results
+
+        reranker = make_reranker(plan.reranker, RerankerOptions(
+            cache_dir=settings.home, progress=not (args.quiet or args.json), device=args.device, batch_size=args.batch_size))
+        first = FirstStage.resolve(f"base retriever/{retriever.name}", output=args.output)
+        results = rerank_results(reranker, loaders, first, output=args.output, top_k=plan.rerank_top_k, truncate=True,
+                                 resume=not args.force)
     ours = {r.dataset: r.scores.rounded(5)[args.metric] for r in results if args.metric in r.scores.aggregate}
     if len(ours) < len(results):
         raise UsageError(f"--metric {args.metric!r} is not among the result metrics (e.g. ndcg_at_10, recall_at_100, mrr)")

@@ -3,12 +3,15 @@
 A system is named by its official path (``base retriever/bm25``, ``gar/hyde/gpt4/nv``). The plan is
 the configuration the authors ran: the retriever of the path (MedCPT as they ran it, the article
 encoder for both sides: ``medcpt-authors``), the published expansions for GAR rows with the authors'
-handling of reasoning outputs (answer policy ``authors``), and the official scoring. The comparison is
+handling of reasoning outputs (answer policy ``authors``), for reranker rows the first stage then the
+reranker over its top k, keeping only those k as the official runs did, and the official scoring. The comparison is
 made on the 5-decimal values the result files hold; a difference larger than ``tolerance`` (default
 0.0001, i.e. 0.01 on the x100 scale the paper prints) fails.
 
 >>> plan_for("base retriever/medcpt").retriever, plan_for("gar/hyde/r1-qwen-32b/bm25").expansion
 ('medcpt-authors', ('hyde', 'r1-qwen-32b'))
+>>> p = plan_for("reranker/monobert/nv/top_10"); p.retriever, p.reranker, p.rerank_top_k
+('nv', 'monobert', 10)
 >>> [row.ok for row in compare({"A": 0.5, "B": 0.3}, {"A": 0.5, "B": 0.2999, "C": 0.1}, tolerance=0.0001)]
 [True, True, None]
 """
@@ -33,6 +36,8 @@ class Plan:
     retriever: str
     expansion: tuple[str, str] | None = None
     answer_policy: str = "authors"
+    reranker: str | None = None
+    rerank_top_k: int | None = None
 
 
 @dataclass(frozen=True)
@@ -51,10 +56,9 @@ def plan_for(system: str) -> Plan:
     """The configuration that produced the published row at ``system``."""
     where = SystemPath.parse(system)
     if where.kind == "reranker":
-        raise UsageError(
-            f"reproducing {system} needs its first stage and a reranker: run 'r2med run --retriever {where.system}' "
-            f"and then 'r2med rerank --reranker {where.reranker} --top-k {where.top_k}'"
-        )
+        # the official reranker runs kept only the reranked top k (their R@100 equals R@k): truncated
+        retriever = _AS_PUBLISHED.get(where.system, where.system)
+        return Plan(where, retriever, reranker=str(where.reranker), rerank_top_k=where.top_k)
     if where.kind == "fusion":
         raise UsageError(f"{system} is not a published system (fusion rows are r2med's own)")
     retriever = _AS_PUBLISHED.get(where.system, where.system)
