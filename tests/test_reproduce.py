@@ -46,7 +46,8 @@ def test_a_difference_beyond_the_tolerance_exits_1(cli, tmp_path, biology):
     ref = _reference(tmp_path, 0.66)
     result = cli("reproduce", "base retriever/bm25", "--data-dir", biology, "--output", tmp_path / "out", "--reference", ref)
     assert result.code == 1
-    assert "| Biology       | 67.08 | 66.00 | +1.08 | DIFFERENT    |"  # 0.01075: half up in result.out
+    # 0.67075 - 0.66 = 0.01075: +1.08 half up
+    assert "| Biology       | 67.08 | 66.00 | +1.08 | DIFFERENT    |" in result.out
     assert "1 of 1 datasets differ by more than the tolerance: Biology" in result.out
     # a looser tolerance accepts it; --json says the same
     loose = cli("reproduce", "base retriever/bm25", "--data-dir", biology, "--output", tmp_path / "out",
