@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from conftest import DATA, SHARED, shared_path
-from r2med.datasets import get_spec, load_dir, load_datasets, local_dataset_dirs, resolve_names, scan_dir
+from r2med.datasets import get_spec, load_datasets, load_dir, local_dataset_dirs, resolve_names, scan_dir
 from r2med.datasets.catalog import dataset_names
 from r2med.datasets.stats import compute_stats
 from r2med.errors import InvalidInputError, MissingResourceError, UsageError

@@ -10,9 +10,9 @@ pytrec_eval until a function needs them).
 
 __version__ = "0.1.0"
 
-from r2med.datasets import Dataset, load_dataset, load_datasets  # noqa: E402
-from r2med.errors import R2MedError  # noqa: E402
-from r2med.evaluation import evaluate  # noqa: E402
-from r2med.types import Qrels, Run, Scores  # noqa: E402
+from r2med.datasets import Dataset, load_dataset, load_datasets
+from r2med.errors import R2MedError
+from r2med.evaluation import evaluate
+from r2med.types import Qrels, Run, Scores
 
 __all__ = ["Dataset", "Qrels", "R2MedError", "Run", "Scores", "__version__", "evaluate", "load_dataset", "load_datasets"]

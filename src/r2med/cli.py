@@ -587,7 +587,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     # -q/-v are absent from the namespace unless given (see build_parser)
     args.quiet, args.verbose = getattr(args, "quiet", False), getattr(args, "verbose", False)
+    saved = (logger.level, logger.propagate)
     _configure_logging(logging.ERROR if args.quiet else logging.INFO if args.verbose else logging.WARNING)
+    try:
+        return _dispatch(parser, args)
+    finally:  # called in-process (tests, notebooks): leave the r2med logger as it was
+        for handler in [h for h in logger.handlers if isinstance(h, _CliHandler)]:
+            logger.removeHandler(handler)
+        logger.setLevel(saved[0])
+        logger.propagate = saved[1]
+
+
+def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if not hasattr(args, "func"):
         parser.print_help(sys.stderr if args.command is None else sys.stdout)
         return 2

@@ -44,7 +44,7 @@ class Run(dict):
         """Documents of ``qid`` by score descending; equal scores keep their stored order."""
         return sorted(self.get(qid, {}).items(), key=lambda item: -item[1])
 
-    def top_k(self, k: int) -> "Run":
+    def top_k(self, k: int) -> Run:
         """A new run with the first ``k`` documents of each query (rank order as in ``ranked``)."""
         return Run({qid: dict(self.ranked(qid)[:k]) for qid in self}, name=self.name)
 

@@ -15,8 +15,8 @@ import types
 
 import numpy as np
 import pytest
-
 from embedding_server import Drop, EmbeddingServer, Fail, Malformed, Sleep, expected_embedding, usage_tokens
+
 from r2med.errors import MissingResourceError, ProviderError, UsageError
 from r2med.retrievers.dense.api import OpenAIEmbeddings, VoyageEmbeddings
 from r2med.retrievers.dense.api_text import r2med_text

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from fake_encoder import FakeEncoder
+
 from r2med.retrievers.dense.cache import EmbeddingCache
 from r2med.retrievers.dense.search import exact_search
 

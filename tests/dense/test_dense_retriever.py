@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from fake_encoder import FakeEncoder
 
 from conftest import DATA
-from fake_encoder import FakeEncoder
 from r2med.datasets import load_dir
 from r2med.datasets.model import Dataset
 from r2med.retrievers.dense.cache import EmbeddingCache

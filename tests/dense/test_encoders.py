@@ -20,7 +20,6 @@ transformers = pytest.importorskip("transformers")
 sentence_transformers = pytest.importorskip("sentence_transformers")
 
 from conftest import DATA
-
 from r2med.errors import MissingExtraError, MissingResourceError, UsageError
 from r2med.retrievers.dense.base import Encoder
 from r2med.retrievers.dense.encoders import length_sorted_order, make_encoder, require

@@ -8,8 +8,8 @@ import sys
 from dataclasses import replace
 
 import pytest
-from conftest import DATA, REPO, shared_path
 
+from conftest import DATA, REPO, shared_path
 from r2med.datasets.catalog import dataset_names
 from r2med.errors import MissingResourceError, UsageError
 from r2med.retrievers.dense.zoo import (

@@ -7,11 +7,11 @@
 from __future__ import annotations
 
 import base64
-from abc import ABC, abstractmethod
 import contextlib
 import logging
 import re
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from typing import Any, ClassVar, Literal

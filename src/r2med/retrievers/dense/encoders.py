@@ -13,9 +13,9 @@ raises ``MissingExtraError`` naming ``pip install "r2med[dense]"``.
 from __future__ import annotations
 
 import hashlib
-from abc import ABC, abstractmethod
 import importlib
 import logging
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
