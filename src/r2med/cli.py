@@ -360,6 +360,34 @@ def cmd_datasets_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_datasets_expansions(args: argparse.Namespace) -> int:
+    from r2med.datasets import locate
+    from r2med.datasets.hub import cache_dir, is_cached
+    from r2med.expansion.published import available_expansions
+    from r2med.reporting.tables import markdown_table
+    from r2med.settings import get_settings
+
+    settings = get_settings()
+    report: dict[str, dict] = {}
+    for name, folder in locate(args.names or None, data_dir=args.data_dir, settings=settings):
+        if folder is None:  # an R2MED dataset from the hub: its cache directory, if downloaded
+            from r2med.datasets.catalog import get_spec
+
+            spec = get_spec(name)
+            folder = cache_dir(spec, settings) if is_cached(spec, settings) else None
+        found, problem = available_expansions(name, folder, settings=settings, hub=not args.local)
+        report[name] = {"expansions": [{"method": m, "llm": n, "where": w} for m, n, w in found], "hub": problem}
+    if args.json:
+        _emit_json(report)
+        return 0
+    rows = [[name, f"{e['method']}/{e['llm']}", e["where"]] for name, entry in report.items() for e in entry["expansions"]]
+    print(markdown_table(["dataset", "expansion", "where"], rows) if rows else "no expansions found")
+    for name, entry in report.items():
+        if entry["hub"] and not args.quiet:
+            print(f"{name}: hub not listed: {entry['hub']}", file=sys.stderr)
+    return 0
+
+
 def cmd_datasets_download(args: argparse.Namespace) -> int:
     from r2med.datasets.catalog import resolve_names
     from r2med.datasets.hub import download
@@ -550,6 +578,12 @@ def build_parser() -> argparse.ArgumentParser:
     dl.add_argument("--force", action="store_true", help="download again even when cached")
     dl.add_argument("--json", action="store_true")
     dl.set_defaults(func=cmd_datasets_download)
+    ex = ds_sub.add_parser("expansions", help="the LLM expansion sets available per dataset (--expansion METHOD/LLM)")
+    ex.add_argument("names", nargs="*", help="dataset names or 'all' (default: all, or every dataset under --data-dir)")
+    ex.add_argument("--data-dir", type=Path, default=None, help="one dataset directory or a directory of them")
+    ex.add_argument("--local", action="store_true", help="do not list the hub repos (what is on this machine only)")
+    ex.add_argument("--json", action="store_true")
+    ex.set_defaults(func=cmd_datasets_expansions)
     for action, func, text in (
         ("stats", cmd_datasets_stats, "per-dataset statistics as in R2MED's README (#Q, #D, avg positives, lengths)"),
         ("validate", cmd_datasets_validate, "check every file and report every problem; exit 5 when unusable"),

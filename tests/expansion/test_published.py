@@ -122,3 +122,30 @@ def test_an_r2med_dataset_fetches_the_published_file_from_the_hub(tiny, monkeypa
     assert calls == [("R2MED/Biology", "hyde/o3-mini/query_with_hydoc.jsonl", "dataset", spec.revision)]
     assert path == cache_dir(spec, settings) / "hyde" / "o3-mini" / EXPANSION_FILE
     assert read_expansions(path, method="hyde", llm="o3-mini").hy_docs == {"q1": "hub"}
+
+
+def test_datasets_expansions_lists_local_generated_and_says_why_not_the_hub(cli, tiny):
+    _write(tiny / "hyde" / "gpt4" / EXPANSION_FILE, [{"id": "q1", "hy_doc": "x"}])
+    _write(generated_dir(get_settings(), "Biology", "lamer", "qwen-7b") / EXPANSION_FILE, [{"id": "q1", "hy_doc": "y"}])
+    result = cli("datasets", "expansions", "--data-dir", tiny)
+    assert result.code == 0, result.err
+    assert result.out.splitlines()[2:] == [
+        "| Biology | hyde/gpt4     | dataset   |",
+        "| Biology | lamer/qwen-7b | generated |",
+    ]
+    assert "Biology: hub not listed: HF_HUB_OFFLINE is set" in result.err
+    local = cli("datasets", "expansions", "--data-dir", tiny, "--local", "--json")
+    assert local.json()["Biology"] == {
+        "expansions": [{"method": "hyde", "llm": "gpt4", "where": "dataset"},
+                       {"method": "lamer", "llm": "qwen-7b", "where": "generated"}],
+        "hub": None,
+    }
+
+
+def test_hub_listing_finds_every_published_file(monkeypatch):
+    from r2med.expansion import published
+
+    files = ["corpus.jsonl", "hyde/o3-mini/query_with_hydoc.jsonl", "query2doc/gpt4/query_with_hydoc.jsonl",
+             "hyde/o3-mini/README.md", "search-r1/qwen-7b-ins/query_with_hydoc.jsonl"]
+    monkeypatch.setattr("r2med.datasets.hub.list_files", lambda spec, settings: files)
+    assert published.hub_expansions("Biology") == [("hyde", "o3-mini"), ("query2doc", "gpt4"), ("search-r1", "qwen-7b-ins")]

@@ -187,3 +187,30 @@ def find_expansions(dataset: Dataset, method: str, llm: str, *, settings: Settin
 def load_expansions(dataset: Dataset, method: str, llm: str, *, settings: Settings | None = None) -> Expansions:
     """Find and read ``method``/``llm``'s expansions of ``dataset``."""
     return read_expansions(find_expansions(dataset, method, llm, settings=settings), method=method, llm=llm)
+
+
+def available_expansions(
+    name: str, folder: Path | None, *, settings: Settings | None = None, hub: bool = True
+) -> tuple[list[tuple[str, str, str]], str | None]:
+    """``(method, llm, where)`` of every expansion set for dataset ``name`` and why the hub was not listed.
+
+    ``where`` is ``"dataset"`` (``folder``, the dataset's own directory), ``"generated"`` (``r2med expand``'s
+    output under R2MED_HOME) or ``"hub"`` (the authors' published files, listed when ``hub`` and online).
+    """
+    settings = settings or get_settings()
+    found: dict[tuple[str, str], str] = {}
+    if folder is not None:
+        for method, llm, _ in local_expansions(folder):
+            found.setdefault((method, llm), "dataset")
+    for method, llm, _ in local_expansions(settings.home / "expansions" / name):
+        found.setdefault((method, llm), "generated")
+    problem = None
+    if hub and name in catalog():
+        try:
+            for method, llm in hub_expansions(name, settings):
+                found.setdefault((method, llm), "hub")
+        except MissingResourceError as exc:
+            problem = str(exc)
+    elif hub:
+        problem = f"{name} is not an R2MED dataset: no hub repo to list"
+    return [(m, n, w) for (m, n), w in sorted(found.items())], problem
