@@ -443,3 +443,18 @@ def test_tiktoken_falls_back_to_the_estimate(server, monkeypatch, caplog, behavi
     enc = make(server)
     assert enc.cache_key("query")["tokenizer"] == "chars/3"
     assert ("estimating 3 characters per token" in caplog.text) == (behaviour == "offline")
+
+
+def test_run_with_any_openai_compatible_embeddings_server(server, monkeypatch, cli, tmp_path):
+    # --retriever openai:<model id>: the id goes to $OPENAI_BASE_URL's /embeddings (vLLM, TEI, ...)
+    from conftest import DATA
+
+    monkeypatch.setenv("OPENAI_BASE_URL", server.url)
+    result = cli("run", "--retriever", "openai:Org/Embed-1", "--data-dir", DATA / "tiny", "--output", tmp_path,
+                 "--query-instruction", "Q: ", "--json")
+    assert result.code == 0, result.err
+    assert {r.body["model"] for r in server.requests} == {"Org/Embed-1"}
+    sent = [t for r in server.requests for t in r.inputs]
+    assert "Q: what lowers a fever" in sent and "aspirin reduces fever and pain" in sent
+    assert (tmp_path / "base retriever" / "Org__Embed-1" / "tiny.json").is_file()
+    assert cli("run", "--retriever", "openai:", "--data-dir", DATA / "tiny", "--output", tmp_path).code == 2

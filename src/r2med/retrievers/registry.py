@@ -89,11 +89,32 @@ def _dense(name: str, options: RetrieverOptions) -> Retriever:
     return retriever
 
 
+def _remote(model: str, options: RetrieverOptions) -> Retriever:
+    """``openai:<model id>``: any OpenAI-compatible /v1/embeddings server ($OPENAI_BASE_URL: vLLM, TEI, ...)."""
+    from r2med.retrievers.dense.api import OpenAIEmbeddings
+    from r2med.retrievers.dense.cache import EmbeddingCache
+    from r2med.retrievers.dense.retriever import DenseRetriever
+
+    if not model.strip():
+        raise UsageError("--retriever openai:MODEL needs the model id the server knows, e.g. openai:Qwen/Qwen3-Embedding-8B")
+    encoder = OpenAIEmbeddings(model.strip(), batch_size=options.batch_size or 128)
+    root = options.cache_dir / "embeddings" if options.cache_dir is not None else Path(tempfile.mkdtemp(prefix="r2med-embeddings-"))
+    query_instruction, doc_instruction = options.query_instruction or "", options.doc_instruction or ""
+    return DenseRetriever(
+        name=system_name(model.strip()), encoder=encoder,
+        instructions=lambda dataset: (query_instruction, doc_instruction),
+        cache=EmbeddingCache(root), batch_size=options.batch_size, progress=options.progress,
+    )
+
+
 def make_retriever(name: str, options: RetrieverOptions) -> Retriever:
-    """``bm25``, any zoo model (``r2med models list``), a local model directory or a hub id.
+    """``bm25``, any zoo model (``r2med models list``), a local model directory, a hub id, or
+    ``openai:<model id>`` served by any OpenAI-compatible embeddings endpoint (``$OPENAI_BASE_URL``).
 
     Unknown names fail with the valid list and a suggestion.
     """
     if name.strip().lower() == "bm25":
         return _bm25(options)
+    if name.strip().lower().startswith("openai:"):
+        return _remote(name.strip()[len("openai:"):], options)
     return _dense(name, options)
