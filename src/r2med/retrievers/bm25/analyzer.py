@@ -22,10 +22,8 @@ time goes through the tokenizer (:mod:`r2med.retrievers.bm25.tokenizer`) and the
 
 from __future__ import annotations
 
-import itertools
 import logging
 import re
-from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import reduce as _reduce
 from operator import iconcat as _iconcat
@@ -150,6 +148,9 @@ class EnglishAnalyzer:
         self._chunks: dict[str, tuple[str, ...]] = {}  # whitespace chunk -> its terms
         self._terms: dict[str, str] = {}  # surface token -> term ("" if dropped)
         self._singles: dict[str, tuple[str]] = {}  # term -> (term,), shared by many chunks
+        self._chunk_ids: dict[str, tuple[int, ...]] = {}  # whitespace chunk -> its term ids (term_ids)
+        self._id_of_term: dict[str, int] = {}  # term -> id, for this analyzer's lifetime
+        self._id_terms: list[str] = []  # id -> term
 
     def __repr__(self) -> str:
         return f"EnglishAnalyzer(stopwords={self.stopwords}, stemming={self.stemming})"
@@ -186,78 +187,85 @@ class EnglishAnalyzer:
     def term_ids(self, texts: Sequence[str]) -> tuple[list[str], np.ndarray, np.ndarray]:
         """``vocabulary.provisional_ids(self.analyze_many(texts))`` without building the token lists.
 
-        Returns ``(terms, ids, lengths)``: the distinct terms in order of first occurrence, the
-        flat term id of every token, and the number of tokens of each text.  Each distinct
-        whitespace chunk is analysed once and its term ids are spread over its occurrences with
-        NumPy; the per-token Python work is one ``str.split`` and one dict lookup per chunk.
-        Terms still come out in order of first occurrence: a term first occurs in the first chunk
-        holding it, and chunks are visited in order of their first occurrence.
+        Returns ``(terms, ids, lengths)``: the distinct terms of ``texts`` in order of first occurrence,
+        the flat term id (an index into ``terms``) of every token, and the number of tokens of each text.
+        Per token the Python work is one ``str.split`` and one lookup of the whitespace chunk in a cache of
+        chunk -> term ids (ids this analyzer keeps for its lifetime), concatenated in C; NumPy then
+        renumbers the ids in order of first occurrence within ``texts``.
 
         >>> terms, ids, lengths = EnglishAnalyzer().term_ids(["Dogs bark, dogs.", "", "The cat's dogs"])
         >>> terms, ids.tolist(), lengths.tolist()
         (['dog', 'bark', 'cat'], [0, 1, 0, 2, 0], [3, 0, 2])
         """
-        texts = texts if isinstance(texts, Sequence) else list(texts)
+        lookup = self._chunk_ids.__getitem__
         unsafe = _SPLIT_UNSAFE_SEARCH
-        pieces: list[list[str]] = []
-        append = pieces.append
+        flat: list[int] = []
+        lengths: list[int] = []
         for index, text in enumerate(texts):
+            start = len(flat)
             try:
-                if text.isascii() or not unsafe(text):
-                    append(text.split())
+                if not text.isascii() and unsafe(text):
+                    flat += self._ids_of(self._analyze_tokens(text))
+                    lengths.append(len(flat) - start)
                     continue
+                pieces = text.split()
             except (TypeError, AttributeError):
                 raise TypeError(f"texts[{index}] must be str, got {type(text).__name__}: {text!r:.80}") from None
-            # a whitespace Lucene keeps inside tokens: analyse the whole text; " " marks a term (no chunk has one)
-            append([" " + term for term in self._analyze_tokens(text)])
-        n_texts = len(pieces)
-        chunks_per_text = np.fromiter(map(len, pieces), dtype=np.int64, count=n_texts)
-        chunk_ids: defaultdict[str, int] = defaultdict(itertools.count().__next__)
-        occurrences = np.fromiter(
-            map(chunk_ids.__getitem__, itertools.chain.from_iterable(pieces)),
-            dtype=np.int64,
-            count=int(chunks_per_text.sum()),
-        )
-        del pieces
-        # the terms of each distinct chunk, as ids in order of first occurrence
-        term_ids: defaultdict[str, int] = defaultdict(itertools.count().__next__)
-        new_id = term_ids.__getitem__
-        cached = self._chunks.get
-        store = self._chunks
-        flat: list[int] = []
-        sizes: list[int] = []
-        for chunk in chunk_ids:
-            if chunk[0] == " ":
-                terms: tuple[str, ...] = (chunk[1:],)
-            else:
-                value = cached(chunk)
-                if value is None:
-                    if len(store) >= self.max_cache_entries:
-                        store.clear()
-                    value = store[chunk] = self._chunk_terms(chunk)
-                terms = value
-            flat.extend(map(new_id, terms))
-            sizes.append(len(terms))
-        chunk_size = np.asarray(sizes, dtype=np.int64)
-        chunk_start = np.zeros(len(sizes) + 1, dtype=np.int64)
-        np.cumsum(chunk_size, out=chunk_start[1:])
-        chunk_terms = np.asarray(flat, dtype=np.int64)
-        # spread: occurrence i of chunk c contributes chunk_terms[chunk_start[c] : chunk_start[c] + chunk_size[c]]
-        tokens_per_occurrence = chunk_size[occurrences]
-        token_end = np.cumsum(tokens_per_occurrence)
-        n_tokens = int(token_end[-1]) if len(token_end) else 0
-        offset = chunk_start[occurrences] - (token_end - tokens_per_occurrence)
-        ids = chunk_terms[np.arange(n_tokens, dtype=np.int64) + np.repeat(offset, tokens_per_occurrence)]
-        text_end = np.cumsum(chunks_per_text)
-        token_bounds = np.r_[0, token_end][np.r_[0, text_end]]
-        lengths = np.diff(token_bounds)
-        return list(term_ids), ids, lengths
+            found = map(lookup, pieces)
+            try:
+                _reduce(_iconcat, found, flat)  # flat += each chunk's tuple of term ids, all in C
+            except KeyError as exc:
+                self._resume_ids(exc, found, flat, index)
+            lengths.append(len(flat) - start)
+        ids = np.array(flat, dtype=np.int64)
+        counts = np.array(lengths, dtype=np.int64)
+        if not len(ids):
+            return [], ids, counts
+        # renumber: lifetime ids -> ids in order of first occurrence in these texts
+        first = np.full(len(self._id_terms), len(ids), dtype=np.int64)
+        np.minimum.at(first, ids, np.arange(len(ids), dtype=np.int64))
+        present = np.flatnonzero(first < len(ids))
+        in_order = present[np.argsort(first[present], kind="stable")]
+        local = np.empty(len(self._id_terms), dtype=np.int64)
+        local[in_order] = np.arange(len(in_order), dtype=np.int64)
+        terms = self._id_terms
+        return [terms[i] for i in in_order.tolist()], local[ids], counts
+
+    def _resume_ids(self, exc: KeyError, found: Iterator[tuple[int, ...]], flat: list[int], index: int) -> None:
+        """Add the chunk the lookup missed to the chunk -> ids cache, then carry on where ``found`` stopped."""
+        cache = self._chunk_ids
+        if len(cache) >= self.max_cache_entries:
+            cache.clear()
+        while True:
+            chunk = exc.args[0]
+            if not isinstance(chunk, str):
+                raise TypeError(f"texts[{index}] must be str, got {type(chunk).__name__}") from None
+            value = cache[chunk] = self._ids_of(self._chunk_terms(chunk))
+            flat += value
+            try:
+                _reduce(_iconcat, found, flat)
+                return
+            except KeyError as again:
+                exc = again
+
+    def _ids_of(self, terms: Iterable[str]) -> tuple[int, ...]:
+        """Lifetime ids of ``terms`` (new terms get the next ids)."""
+        ids = self._id_of_term
+        out = []
+        for term in terms:
+            i = ids.get(term)
+            if i is None:
+                i = ids[term] = len(self._id_terms)
+                self._id_terms.append(term)
+            out.append(i)
+        return tuple(out)
 
     def clear_cache(self) -> None:
         """Forget every cached chunk and token."""
         self._chunks.clear()
         self._terms.clear()
         self._singles.clear()
+        self._chunk_ids.clear()
 
     def _resume(self, exc: KeyError, found: Iterator[tuple[str, ...]], terms: list[str], index: int) -> None:
         """Add the chunk the lookup missed to the cache, then carry on where ``found`` stopped."""
