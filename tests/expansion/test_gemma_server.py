@@ -29,7 +29,7 @@ N_QUERIES = 6
 
 RUNNER = """
 import argparse, sys
-from r2med.commands.expand import register
+from r2med.cli.expand import register
 from r2med.errors import R2MedError
 common = argparse.ArgumentParser(add_help=False)
 common.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS)

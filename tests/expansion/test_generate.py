@@ -16,7 +16,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "llm"))
 from chat_server import ChatServer, Empty, Reply, Status, reply_for
 
-from r2med.commands.expand import register
+from r2med.cli.expand import register
 from r2med.datasets import load_dir
 from r2med.errors import InvalidInputError, R2MedError, UsageError
 from r2med.expansion.generate import ExpansionConfig, expansion_dir, generate_expansions

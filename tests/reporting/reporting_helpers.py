@@ -12,9 +12,9 @@ from importlib import resources
 from pathlib import Path
 
 from conftest import DATA
-from r2med.commands import compare as compare_cmd
-from r2med.commands import leaderboard as leaderboard_cmd
-from r2med.commands import report as report_cmd
+from r2med.cli import compare as compare_cmd
+from r2med.cli import leaderboard as leaderboard_cmd
+from r2med.cli import report as report_cmd
 from r2med.errors import R2MedError
 
 REPORTING = DATA / "reporting"

@@ -128,10 +128,10 @@ def test_rows_model_orders_complete_before_partial():
 
 
 def test_register_works_with_a_wrapped_add_parser():
-    # r2med.cli wraps add_parser so that it adds the common options itself: register must not add them twice
+    # an add_parser wrapped to add the common options itself: register must not add them twice
     import argparse
 
-    from r2med.commands import compare, leaderboard, report
+    from r2med.cli import compare, leaderboard, report
 
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("-q", "--quiet", action="store_true")

@@ -41,8 +41,8 @@ class Result:
 
 
 def run_rerank_command(*argv: object) -> Result:
-    """``r2med rerank ...`` through ``r2med.commands.rerank.register`` on a parser like cli.py's."""
-    from r2med.commands.rerank import register
+    """``r2med rerank ...`` through ``r2med.cli.rerank.register`` on a parser like cli.py's."""
+    from r2med.cli.rerank import register
     from r2med.errors import R2MedError
 
     common = argparse.ArgumentParser(add_help=False)

@@ -155,7 +155,7 @@ def test_rerank_after_run_reads_the_stage_just_written(cross_encoder_dir, tmp_pa
     import argparse
     import shutil
 
-    from r2med.commands.rerank import add_reranker_options, rerank_after_run
+    from r2med.cli.rerank import add_reranker_options, rerank_after_run
 
     stage = tmp_path / "base retriever" / "bm25"
     stage.mkdir(parents=True)

@@ -98,7 +98,7 @@ def test_a_missing_package_names_the_rerank_extra(monkeypatch, module, scorer, a
 
 def test_importing_the_reranking_code_imports_nothing_heavy():
     code = (
-        "import sys, r2med.rerankers, r2med.rerankers.registry, r2med.rerankers.stage, r2med.commands.rerank; "
+        "import sys, r2med.rerankers, r2med.rerankers.registry, r2med.rerankers.stage, r2med.cli.rerank; "
         "heavy = [m for m in ('torch', 'transformers', 'sentence_transformers', 'peft', 'openai') if m in sys.modules]; "
         "print(heavy)"
     )

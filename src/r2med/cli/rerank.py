@@ -15,9 +15,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from r2med.commands.args import csv_list as _csv
-from r2med.commands.args import pct as _pct
-from r2med.commands.args import positive_int as _positive
+from r2med.cli.args import csv_list as _csv
+from r2med.cli.args import pct as _pct
+from r2med.cli.args import positive_int as _positive
 from r2med.errors import UsageError
 
 _STYLES = ("auto", "plain", "think", "huatuo", "sky-t1", "search-r1")
@@ -99,8 +99,8 @@ def reranker_options(args: argparse.Namespace, *, cache_dir: Path | None, progre
 
 def register(subparsers: argparse._SubParsersAction, common_parent: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add ``rerank`` to ``subparsers`` (with ``common_parent``'s -q/-v) and return its parser."""
-    rr = argparse._SubParsersAction.add_parser(
-        subparsers, "rerank", parents=[common_parent],
+    rr = subparsers.add_parser(
+        "rerank", parents=[common_parent],
         help="rerank a first stage's top k (bge-reranker-v2-m3, monobert, rankllama, listwise LLM, any cross-encoder)",
         description="Rerank each query's top k of a first-stage run, evaluate, and write "
                     "<output>/reranker/<reranker>/<system>/top_<k>/<Dataset>.json|.run|.per_query.jsonl. "

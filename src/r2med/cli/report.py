@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from r2med.commands.leaderboard import add_command_parser
+from r2med.cli.leaderboard import add_command_parser
 from r2med.errors import UsageError
 
 

@@ -34,3 +34,22 @@ def pct(value: float) -> str:
     from r2med.reporting.tables import pct as table_pct
 
     return table_pct(value)
+
+
+def int_list(text: str) -> list[int]:
+    """``"1,10"`` -> ``[1, 10]``.
+
+    >>> int_list("1, 10,100")
+    [1, 10, 100]
+    """
+    try:
+        return [int(part) for part in csv_list(text)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def emit_json(obj: object) -> None:
+    """Print ``obj`` as indented JSON on stdout (what every ``--json`` prints)."""
+    import json
+
+    print(json.dumps(obj, indent=2, ensure_ascii=False))

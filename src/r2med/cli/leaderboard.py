@@ -7,8 +7,8 @@ from pathlib import Path
 
 
 def add_command_parser(subparsers, common_parent: argparse.ArgumentParser | None, name: str, **kwargs):
-    """``subparsers.add_parser(name, parents=[common_parent], ...)``; when ``add_parser`` already adds
-    the common options itself (r2med.cli wraps it so), the parents are not given twice."""
+    """``subparsers.add_parser(name, parents=[common_parent], ...)``; an ``add_parser`` wrapped to add
+    the common options itself is handled too, so the parents are not given twice."""
     if common_parent is None:
         return subparsers.add_parser(name, **kwargs)
     try:

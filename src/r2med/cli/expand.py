@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from r2med.commands.args import csv_list as _csv
-from r2med.commands.args import positive_int as _positive
+from r2med.cli.args import csv_list as _csv
+from r2med.cli.args import positive_int as _positive
 from r2med.errors import MissingResourceError, UsageError
 from r2med.expansion.prompts import METHODS
 from r2med.expansion.reasoning import POLICIES, STYLES
@@ -30,9 +30,8 @@ def sampling_kind(base_url: str) -> str:
 
 def register(subparsers: argparse._SubParsersAction, common_parent: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add ``expand`` to ``subparsers`` (with ``common_parent``'s -q/-v) and return its parser."""
-    # the class's own add_parser: cli.py wraps the instance's to add the common parent already
-    ex = argparse._SubParsersAction.add_parser(
-        subparsers, "expand", parents=[common_parent],
+    ex = subparsers.add_parser(
+        "expand", parents=[common_parent],
         help="generate HyDE / Query2doc / LameR expansions with an OpenAI-compatible LLM (resumable)",
         description="Generate GAR expansions per query into <out>/query_with_hydoc.jsonl (the official format), "
                     "keeping every finished generation in <out>/generations.jsonl so that a rerun requests only "

@@ -1,0 +1,89 @@
+"""The ``r2med`` command line: a thin argparse front over the library, one module per subcommand.
+
+Each subcommand parses, calls library functions and prints; printing happens here and in
+``r2med.reporting`` only. Exit codes (DESIGN.md #9): 0 ok, 2 usage, 3 missing extra, 4 missing
+resource, 5 invalid input, 6 provider/runtime failure. Importing this package imports no heavy
+dependency: every subcommand imports its work lazily.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+from r2med import __version__
+from r2med.errors import R2MedError
+
+logger = logging.getLogger("r2med")
+
+#: the subcommands, in the order ``r2med --help`` lists them; each module of r2med.cli has
+#: ``register(subparsers, common)``, which adds its parser with ``parents=[common]`` (-q/-v)
+COMMAND_MODULES = (
+    "evaluate", "run", "reproduce", "fuse", "models", "datasets", "expand", "rerank", "leaderboard", "compare", "report",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    # -q/-v work before and after the subcommand; SUPPRESS keeps a subcommand from resetting them
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="only errors on stderr, no progress bars")
+    common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="more detail on stderr")
+    parser = argparse.ArgumentParser(prog="r2med", description="Run the R2MED benchmark end to end, exactly as published.", parents=[common])
+    parser.add_argument("--version", action="version", version=f"r2med {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module in COMMAND_MODULES:
+        importlib.import_module(f"r2med.cli.{module}").register(sub, common)
+    return parser
+
+
+class _CliHandler(logging.StreamHandler):
+    """The one handler the CLI puts on the ``r2med`` logger (replaced on every call)."""
+
+
+def _configure_logging(level: int) -> None:
+    for handler in [h for h in logger.handlers if isinstance(h, _CliHandler)]:
+        logger.removeHandler(handler)
+    handler = _CliHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("r2med: %(levelname)s: %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(level)
+    logger.propagate = False
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    # -q/-v are absent from the namespace unless given (see build_parser)
+    args.quiet, args.verbose = getattr(args, "quiet", False), getattr(args, "verbose", False)
+    saved = (logger.level, logger.propagate)
+    _configure_logging(logging.ERROR if args.quiet else logging.INFO if args.verbose else logging.WARNING)
+    try:
+        return _dispatch(parser, args)
+    finally:  # called in-process (tests, notebooks): leave the r2med logger as it was
+        for handler in [h for h in logger.handlers if isinstance(h, _CliHandler)]:
+            logger.removeHandler(handler)
+        logger.setLevel(saved[0])
+        logger.propagate = saved[1]
+
+
+def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    if not hasattr(args, "func"):
+        parser.print_help(sys.stderr if args.command is None else sys.stdout)
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except R2MedError as exc:
+        print(f"r2med: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("r2med: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # output piped into head & co.
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
