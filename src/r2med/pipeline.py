@@ -164,8 +164,10 @@ def run_gar(
 
     prepared_of: dict[str, PreparedQueries] = {}
 
+    path_of: dict[str, Path] = {}  # found once per dataset (config_of runs first), used by search
+
     def config_of(dataset: Dataset) -> dict:
-        path = find_expansions(dataset, method, llm, settings=settings)
+        path = path_of[dataset.name] = find_expansions(dataset, method, llm, settings=settings)
         return {
             "retriever": _describe(retriever, dataset), "top_k": top_k,
             "expansion": {"method": method, "llm": llm, "file": str(path), "sha256": file_sha256(path),
@@ -173,7 +175,7 @@ def run_gar(
         }
 
     def search(dataset: Dataset) -> Run:
-        path = find_expansions(dataset, method, llm, settings=settings)
+        path = path_of.get(dataset.name) or find_expansions(dataset, method, llm, settings=settings)
         prepared = prepare_queries(dataset, read_expansions(path, method=method, llm=llm), policy=policy)
         prepared_of[dataset.name] = prepared
         if on_prepared is not None:

@@ -44,7 +44,7 @@ logger = logging.getLogger(__name__)
 PAPER = "paper"
 FORMATS = ("md", "csv", "latex", "html", "json")
 #: The first folder of each kind of system path and the number of folders such a path has.
-_SHAPES = {"base retriever": (2,), "gar": (4,), "reranker": (3, 4)}
+_SHAPES = {"base retriever": (2,), "gar": (4,), "reranker": (3, 4), "fusion": (2,)}
 
 
 @dataclass(frozen=True)
@@ -68,13 +68,15 @@ class SystemResults:
 
 
 def system_path(folder: Path, root: Path) -> str:
-    """The system path of a result folder: from its deepest ``base retriever``/``gar``/``reranker``
+    """The system path of a result folder: from its deepest ``base retriever``/``gar``/``reranker``/``fusion``
     level that has the right depth, else its path below ``root`` (``root``'s name when equal).
 
     >>> system_path(Path("/r/results/gar/hyde/gpt4/nv"), Path("/r/results"))
     'gar/hyde/gpt4/nv'
     >>> system_path(Path("/r/results/reranker/mono/top_10"), Path("/r"))
     'reranker/monobert/nv/top_10'
+    >>> system_path(Path("/r/results/fusion/bm25+minilm"), Path("/r"))
+    'fusion/bm25+minilm'
     >>> system_path(Path("/r/runs/mine"), Path("/r/runs")), system_path(Path("/r/runs"), Path("/r/runs"))
     ('mine', 'runs')
     """
