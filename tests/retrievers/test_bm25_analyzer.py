@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import doctest
 import gzip
+import itertools
 import json
 from pathlib import Path
 
@@ -56,12 +57,25 @@ def texts_by_id(path: Path) -> dict[str, str]:
     return {row["id"]: row["text"] for row in read_jsonl(path)}
 
 
+def token_lists_of_term_ids(analyzer: EnglishAnalyzer, texts: list[str]) -> list[list[str]]:
+    """The token lists ``analyzer.term_ids`` (the indexing path) gives for ``texts``."""
+    terms, ids, lengths = analyzer.term_ids(texts)
+    tokens = [terms[i] for i in ids.tolist()]
+    bounds = [0, *itertools.accumulate(lengths.tolist())]
+    return [tokens[a:b] for a, b in itertools.pairwise(bounds)]
+
+
 def mismatches(analyzer: EnglishAnalyzer, pairs: list[tuple[str, list[str]]]) -> list[tuple[str, list[str], list[str]]]:
-    """(text, expected, got) for every text the analyzer gets wrong, checked one by one and in bulk."""
+    """(text, expected, got) for every text the analyzer gets wrong: one by one, in bulk and as term ids."""
     texts = [text for text, _ in pairs]
     bulk = analyzer.analyze_many(texts)
     single = [analyzer(text) for text in texts]
-    return [(text, want, got) for (text, want), got, one in zip(pairs, bulk, single) if got != want or one != want]
+    by_ids = token_lists_of_term_ids(type(analyzer)(stopwords=analyzer.stopwords, stemming=analyzer.stemming), texts)
+    return [
+        (text, want, got)
+        for (text, want), got, one, ids in zip(pairs, bulk, single, by_ids)
+        if got != want or one != want or ids != want
+    ]
 
 
 # --------------------------------------------------------------------------- parity with the real analyzer

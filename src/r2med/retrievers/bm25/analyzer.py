@@ -31,6 +31,7 @@ from operator import iconcat as _iconcat
 import numpy as np
 
 from . import _lucene_tables
+from .chunks import ChunkTable
 from .porter import stem as porter_stem
 from .tokenizer import (
     EDGE_PUNCTUATION,
@@ -148,7 +149,7 @@ class EnglishAnalyzer:
         self._chunks: dict[str, tuple[str, ...]] = {}  # whitespace chunk -> its terms
         self._terms: dict[str, str] = {}  # surface token -> term ("" if dropped)
         self._singles: dict[str, tuple[str]] = {}  # term -> (term,), shared by many chunks
-        self._chunk_ids: dict[str, tuple[int, ...]] = {}  # whitespace chunk -> its term ids (term_ids)
+        self._chunk_table = ChunkTable(self._chunk_term_ids)  # chunk -> its term ids (term_ids)
         self._id_of_term: dict[str, int] = {}  # term -> id, for this analyzer's lifetime
         self._id_terms: list[str] = []  # id -> term
 
@@ -189,36 +190,19 @@ class EnglishAnalyzer:
 
         Returns ``(terms, ids, lengths)``: the distinct terms of ``texts`` in order of first occurrence,
         the flat term id (an index into ``terms``) of every token, and the number of tokens of each text.
-        Per token the Python work is one ``str.split`` and one lookup of the whitespace chunk in a cache of
-        chunk -> term ids (ids this analyzer keeps for its lifetime), concatenated in C; NumPy then
-        renumbers the ids in order of first occurrence within ``texts``.
+        NumPy cuts the texts' bytes into chunks and a :class:`~r2med.retrievers.bm25.chunks.ChunkTable`
+        maps them to term ids this analyzer keeps for its lifetime (only a chunk seen for the first time
+        is analysed in Python); NumPy then renumbers the ids in order of first occurrence within ``texts``.
 
         >>> terms, ids, lengths = EnglishAnalyzer().term_ids(["Dogs bark, dogs.", "", "The cat's dogs"])
         >>> terms, ids.tolist(), lengths.tolist()
         (['dog', 'bark', 'cat'], [0, 1, 0, 2, 0], [3, 0, 2])
         """
-        lookup = self._chunk_ids.__getitem__
-        unsafe = _SPLIT_UNSAFE_SEARCH
-        flat: list[int] = []
-        lengths: list[int] = []
-        for index, text in enumerate(texts):
-            start = len(flat)
-            try:
-                if not text.isascii() and unsafe(text):
-                    flat += self._ids_of(self._analyze_tokens(text))
-                    lengths.append(len(flat) - start)
-                    continue
-                pieces = text.split()
-            except (TypeError, AttributeError):
-                raise TypeError(f"texts[{index}] must be str, got {type(text).__name__}: {text!r:.80}") from None
-            found = map(lookup, pieces)
-            try:
-                _reduce(_iconcat, found, flat)  # flat += each chunk's tuple of term ids, all in C
-            except KeyError as exc:
-                self._resume_ids(exc, found, flat, index)
-            lengths.append(len(flat) - start)
-        ids = np.array(flat, dtype=np.int64)
-        counts = np.array(lengths, dtype=np.int64)
+        table = self._chunk_table
+        if len(table) >= self.max_cache_entries:
+            logger.debug("analyzer chunk table reached %d entries; clearing it", len(table))
+            table.clear()
+        ids, counts = table.term_ids(texts)
         if not len(ids):
             return [], ids, counts
         # renumber: lifetime ids -> ids in order of first occurrence in these texts
@@ -231,22 +215,9 @@ class EnglishAnalyzer:
         terms = self._id_terms
         return [terms[i] for i in in_order.tolist()], local[ids], counts
 
-    def _resume_ids(self, exc: KeyError, found: Iterator[tuple[int, ...]], flat: list[int], index: int) -> None:
-        """Add the chunk the lookup missed to the chunk -> ids cache, then carry on where ``found`` stopped."""
-        cache = self._chunk_ids
-        if len(cache) >= self.max_cache_entries:
-            cache.clear()
-        while True:
-            chunk = exc.args[0]
-            if not isinstance(chunk, str):
-                raise TypeError(f"texts[{index}] must be str, got {type(chunk).__name__}") from None
-            value = cache[chunk] = self._ids_of(self._chunk_terms(chunk))
-            flat += value
-            try:
-                _reduce(_iconcat, found, flat)
-                return
-            except KeyError as again:
-                exc = again
+    def _chunk_term_ids(self, chunk: str) -> tuple[int, ...]:
+        """Lifetime term ids of one chunk (what the chunk table stores)."""
+        return self._ids_of(self._chunk_terms(chunk))
 
     def _ids_of(self, terms: Iterable[str]) -> tuple[int, ...]:
         """Lifetime ids of ``terms`` (new terms get the next ids)."""
@@ -265,7 +236,7 @@ class EnglishAnalyzer:
         self._chunks.clear()
         self._terms.clear()
         self._singles.clear()
-        self._chunk_ids.clear()
+        self._chunk_table.clear()
 
     def _resume(self, exc: KeyError, found: Iterator[tuple[str, ...]], terms: list[str], index: int) -> None:
         """Add the chunk the lookup missed to the cache, then carry on where ``found`` stopped."""
