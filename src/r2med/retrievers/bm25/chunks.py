@@ -35,8 +35,6 @@ __all__ = ["SEPARATOR_BYTES", "ChunkTable"]
 #: The bytes chunks are cut at: ASCII controls, space and DEL, all of class OTHER for Lucene's tokenizer.
 SEPARATOR_BYTES = bytes([*range(0x21), 0x7F])
 
-_IS_SEPARATOR = np.zeros(256, dtype=bool)
-_IS_SEPARATOR[list(SEPARATOR_BYTES)] = True
 # _LOW_BYTES[n]: the n low bytes of a 64-bit word
 _LOW_BYTES = np.array([(1 << (8 * n)) - 1 for n in range(8)] + [(1 << 64) - 1], dtype=np.uint64)
 _SHORT = 16  # longest chunk (in bytes) keyed by its two words
@@ -115,11 +113,11 @@ class ChunkTable:
         # a leading separator, and separators after the end for the 16-byte reads
         buffer = b"\n" + data + b"\0" * (_SHORT + 8)
         raw = np.frombuffer(buffer, dtype=np.uint8)
-        sep = _IS_SEPARATOR[raw]
-        body = ~sep
-        starts = np.flatnonzero(body[1:] & sep[:-1]) + 1
-        ends = np.flatnonzero(sep[1:] & body[:-1]) + 1
-        del sep, body
+        sep = (raw <= 0x20) | (raw == 0x7F)  # SEPARATOR_BYTES
+        # the buffer starts and ends with separators, so its changes alternate: chunk start, chunk end, ...
+        changes = np.flatnonzero(sep[1:] != sep[:-1]) + 1
+        del sep
+        starts, ends = changes[0::2], changes[1::2]
         text_starts = np.empty(n_texts + 1, dtype=np.int64)
         text_starts[0] = 1
         np.cumsum(sizes + 1, out=text_starts[1:])
@@ -180,29 +178,32 @@ class ChunkTable:
 
         ``None`` when the table grew past three quarters full: grow it and insert again.
         """
-        size = len(self._k1)
-        slots = _mix(k1, k2, self._bits)
-        pending = np.arange(len(k1), dtype=np.int64)
-        probe = slots
-        while len(pending):
+        mask = len(self._k1) - 1
+        slots = _mix(k1, k2, self._bits)  # the home slot of every key; then where it was found
+        pending: np.ndarray | None = None  # positions still probing (None: all, in the first round)
+        probe, keys1, keys2 = slots, k1, k2
+        while True:
             current = self._k1[probe]
             free = current == 0
             if free.any():
                 claimed = probe[free]
-                self._claim[claimed] = pending[free]  # one key wins each free slot
-                winner = self._claim[claimed]
+                self._claim[claimed] = np.flatnonzero(free) if pending is None else pending[free]
+                winner = self._claim[claimed]  # one key wins each free slot
                 self._k1[claimed] = k1[winner]
                 self._k2[claimed] = k2[winner]
                 self._used = int(np.count_nonzero(self._k1))
-                if 4 * self._used > 3 * size:
+                if 4 * self._used > 3 * len(self._k1):
                     return None
                 current = self._k1[probe]
-            keys = pending
-            hit = (current == k1[keys]) & (self._k2[probe] == k2[keys])
-            slots[keys[hit]] = probe[hit]
-            pending = keys[~hit]
-            probe = (probe[~hit] + 1) & (size - 1)
-        return slots
+            miss = (current != keys1) | (self._k2[probe] != keys2)
+            if pending is not None:
+                hit = ~miss
+                slots[pending[hit]] = probe[hit]
+            if not miss.any():
+                return slots
+            pending = np.flatnonzero(miss) if pending is None else pending[miss]
+            probe = (probe[miss] + 1) & mask
+            keys1, keys2 = k1[pending], k2[pending]
 
     def _grow(self) -> None:
         """Double the table twice and re-insert the chunks it holds (their chunk ids do not change)."""
