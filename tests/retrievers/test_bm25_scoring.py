@@ -11,7 +11,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -458,16 +458,25 @@ def test_scifact_parity(scifact, variant, run_file, ndcg, recall):
     assert evaluate(result["run"], scifact["qrels"]) == (ndcg, recall)
 
 
-def test_search_chunking_does_not_change_results(scifact, monkeypatch):
-    queries = scifact["queries"][:40]
+def test_search_chunking_and_threads_do_not_change_results(scifact, monkeypatch):
+    queries = scifact["queries"][40:80]
+    assert any(max(Counter(q).values()) == 3 for q in queries)  # a boost that is no power of two (Lucene)
     for variant in ("r2med", "lucene"):
-        index = BM25Index.build(scifact["docs"], doc_ids=scifact["doc_ids"], variant=variant)
+        index = BM25Index.build(scifact["docs"], doc_ids=scifact["doc_ids"], variant=variant, workers=1)
+        threaded = BM25Index.build(scifact["docs"], doc_ids=scifact["doc_ids"], variant=variant, workers=3)
+        weights = ("_weights",) if variant == "r2med" else ("_x", "_unit")
+        for name in weights:  # weighted in 3 row ranges on 3 threads: the same bits
+            assert np.array_equal(getattr(index, name).data, getattr(threaded, name).data)
         whole = index.search(queries, k=50)
+        on_threads = threaded.search(queries, k=50)  # one chunk of queries per thread
         monkeypatch.setattr(index_module, "_MAX_BLOCK_CELLS", 3 * len(index.vocabulary))  # 3 queries a chunk
         chunked = index.search(queries, k=50)
+        chunked_threads = threaded.search(queries, k=50)
         monkeypatch.undo()
-        for a, b in zip(whole, chunked):
-            assert a.rows.tolist() == b.rows.tolist() and a.scores.tolist() == b.scores.tolist()
+        assert len(whole) == len(on_threads) == len(chunked) == len(chunked_threads) == 40
+        for a, *others in zip(whole, on_threads, chunked, chunked_threads):
+            for b in others:
+                assert a.rows.tolist() == b.rows.tolist() and a.scores.tolist() == b.scores.tolist()
 
 
 def test_scifact_edge_cases_parity(scifact):

@@ -52,6 +52,7 @@ import scipy.sparse as sp
 
 from r2med.errors import InvalidInputError, UsageError
 from r2med.retrievers.bm25 import persist
+from r2med.retrievers.bm25.cores import default_workers, in_threads, row_parts
 from r2med.retrievers.bm25.ranking import (
     DocIdTable,
     adjust_score_ties,
@@ -136,6 +137,7 @@ class BM25Index:
         vocabulary: list[str],
         counts: sp.csr_matrix,
         doc_ids: list[str] | None = None,
+        workers: int | None = None,
     ) -> None:
         if doc_ids is not None and len(doc_ids) != counts.shape[0]:
             raise InvalidInputError(
@@ -144,6 +146,7 @@ class BM25Index:
         if counts.shape[1] != len(vocabulary):
             raise InvalidInputError(f"count matrix has {counts.shape[1]} columns for {len(vocabulary)} terms")
         self.params = params
+        self.workers = workers  # threads for weighting and search (None: every core)
         self.vocabulary = vocabulary
         self.counts = counts
         self.doc_ids = doc_ids
@@ -174,6 +177,7 @@ class BM25Index:
         variant: str = "r2med",
         k1: float = 0.9,
         b: float = 0.4,
+        workers: int | None = None,
     ) -> BM25Index:
         """Index analysed documents (one token list per corpus row, in corpus order).
 
@@ -190,6 +194,7 @@ class BM25Index:
             vocabulary=vocabulary,
             counts=counts,
             doc_ids=None if doc_ids is None else [str(d) for d in doc_ids],
+            workers=workers,
         )
 
     def _prepare_r2med(self) -> None:
@@ -198,12 +203,17 @@ class BM25Index:
         self.avgdl = float(self.doc_lengths.sum()) / n_docs  # gensim: sum(cfs) / num_docs
         self.idf = gensim_idf(self.doc_freqs, n_docs)
         c = self.counts
+        w = np.zeros(c.nnz, dtype=np.float32)  # no tokens at all: nothing to weight (and nothing a query can match)
         if self.avgdl > 0:
             norm = gensim_length_norm(self.doc_lengths, k1=p.k1, b=p.b, avgdl=self.avgdl)
-            w = gensim_weights(c.data, np.repeat(norm, np.diff(c.indptr)), self.idf[c.indices])
-        else:  # no tokens at all: nothing to weight (and nothing a query can match)
-            w = np.zeros(0, dtype=np.float64)
-        self._weights = sp.csr_matrix((w.astype(np.float32), c.indices, c.indptr), shape=c.shape)
+
+            def weigh(rows: tuple[int, int]) -> None:  # float64 weights of a range of rows, stored as float32
+                e0, e1 = c.indptr[rows[0]], c.indptr[rows[1]]
+                row_norm = np.repeat(norm[rows[0]:rows[1]], np.diff(c.indptr[rows[0]:rows[1] + 1]))
+                w[e0:e1] = gensim_weights(c.data[e0:e1], row_norm, self.idf[c.indices[e0:e1]])
+
+            in_threads(weigh, row_parts(c.indptr, self._threads()), self._threads())
+        self._weights = sp.csr_matrix((w, c.indices, c.indptr), shape=c.shape)
         self._weights.has_sorted_indices = True
 
     def _prepare_lucene(self) -> None:
@@ -216,14 +226,24 @@ class BM25Index:
         self.norms = int_to_byte4(self.doc_lengths)
         cache = lucene_norm_inverse(p.k1, p.b, self.avgdl)
         c = self.counts
-        row_norm = np.repeat(cache[self.norms], np.diff(c.indptr))
-        x = c.data.astype(np.float32) * row_norm  # freq * normInverse, float32
+        x = np.empty(c.nnz, dtype=np.float32)
+        unit = np.empty(c.nnz, dtype=np.float64)
+
+        def weigh(rows: tuple[int, int]) -> None:
+            e0, e1 = c.indptr[rows[0]], c.indptr[rows[1]]
+            row_norm = np.repeat(cache[self.norms[rows[0]:rows[1]]], np.diff(c.indptr[rows[0]:rows[1] + 1]))
+            x[e0:e1] = c.data[e0:e1].astype(np.float32) * row_norm  # freq * normInverse, float32
+            unit[e0:e1] = lucene_term_scores(self.idf[c.indices[e0:e1]], x[e0:e1])  # boost 1; 2**m scales exactly
+
+        in_threads(weigh, row_parts(c.indptr, self._threads()), self._threads())
         self._x = sp.csr_matrix((x, c.indices, c.indptr), shape=c.shape)
         self._x_by_term: sp.csc_matrix | None = None
-        unit = lucene_term_scores(self.idf[c.indices], x)  # boost 1; boost 2**m scales exactly
-        self._unit = sp.csr_matrix((unit.astype(np.float64), c.indices, c.indptr), shape=c.shape)
+        self._unit = sp.csr_matrix((unit, c.indices, c.indptr), shape=c.shape)
 
     # ------------------------------------------------------------------ properties
+
+    def _threads(self) -> int:
+        return default_workers() if self.workers is None else max(1, self.workers)
 
     @property
     def n_docs(self) -> int:
@@ -260,15 +280,21 @@ class BM25Index:
             raise UsageError(f"k must be >= 0, got {k}")
         n_queries = len(query_token_lists)
         q, t, c, known = query_term_counts(query_token_lists, self.token2id)
+        threads = self._threads()
         chunk = max(1, _MAX_BLOCK_CELLS // max(self.n_docs, len(self.vocabulary), 1))
+        chunk = min(chunk, max(1, -(-n_queries // threads)))  # at least one chunk per thread
         bounds = np.searchsorted(q, np.arange(0, n_queries + chunk, chunk))
-        hits: list[Hits] = []
-        for i, start in enumerate(range(0, n_queries, chunk)):
-            stop = min(start + chunk, n_queries)
+        if self.params.variant == "lucene" and self._x_by_term is None and ((c & (c - 1)) != 0).any():
+            self._x_by_term = self._x.tocsc()  # for boosts that are no power of two, before the threads share it
+
+        def block(i: int) -> list[Hits]:
+            start, stop = i * chunk, min((i + 1) * chunk, n_queries)
             lo, hi = bounds[i], bounds[i + 1]
             scores, matched = self._score_block(q[lo:hi] - start, t[lo:hi], c[lo:hi], known[start:stop], stop - start)
-            hits.extend(self._rank(scores, matched, k))
-        return hits
+            return self._rank(scores, matched, k)
+
+        # every (document, query) score is summed the same way on any thread: the result does not depend on it
+        return [h for hits in in_threads(block, range(-(-n_queries // chunk)), threads) for h in hits]
 
     def search_run(
         self, query_ids: Sequence[str], query_token_lists: Sequence[Sequence[str]], *, k: int = 100
@@ -367,7 +393,7 @@ class BM25Index:
         )
 
     @classmethod
-    def load(cls, directory: str | Path, *, params: BM25Params | None = None) -> BM25Index:
+    def load(cls, directory: str | Path, *, params: BM25Params | None = None, workers: int | None = None) -> BM25Index:
         """Read an index written by :meth:`save`; weights are recomputed from the counts.
 
         The file holds term counts only, so one saved index serves every variant and parameter
@@ -375,7 +401,7 @@ class BM25Index:
         """
         meta, counts = persist.load_index(directory)
         params = params or BM25Params(**meta["params"])
-        return cls(params=params, vocabulary=meta["vocabulary"], counts=counts, doc_ids=meta["doc_ids"])
+        return cls(params=params, vocabulary=meta["vocabulary"], counts=counts, doc_ids=meta["doc_ids"], workers=workers)
 
 
 def _row_ids(n: int) -> list[str]:

@@ -14,16 +14,17 @@ from __future__ import annotations
 import gc
 import logging
 import multiprocessing
-import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 
 import scipy.sparse as sp
 
 from r2med.retrievers.bm25.analyzer import EnglishAnalyzer
+from r2med.retrievers.bm25.cores import default_workers
 from r2med.retrievers.bm25.vocabulary import SliceCounts, merge_slice_counts, slice_counts
 
 logger = logging.getLogger(__name__)
+
 
 #: below this many texts the pool's start-up costs more than it saves
 MIN_PARALLEL_TEXTS = 20_000
@@ -56,14 +57,6 @@ def fork_is_safe() -> bool:
         return True
 
 
-def default_workers() -> int:
-    """The cores this process may use."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
-
-
 def analyze_and_count(
     texts: Sequence[str],
     analyzer: EnglishAnalyzer,
@@ -88,7 +81,7 @@ def analyze_and_count(
         for start, stop in bounds:
             parts.append(slice_counts(*analyzer.term_ids(texts[start:stop])))
             report(stop - start)
-        return merge_slice_counts(parts)
+        return merge_slice_counts(parts, workers=workers)
     parts = []
     _TEXTS, _ANALYZER = texts, analyzer
     try:
@@ -100,4 +93,4 @@ def analyze_and_count(
     finally:
         _TEXTS, _ANALYZER = (), None
     logger.debug("analysed %d texts in %d slices on %d forked workers", len(texts), len(bounds), workers)
-    return merge_slice_counts(parts)
+    return merge_slice_counts(parts, workers=workers)

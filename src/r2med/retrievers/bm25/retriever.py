@@ -46,7 +46,8 @@ class BM25Retriever:
     """BM25 over Lucene's English analysis; ``variant`` ``"r2med"`` (the published numbers) or ``"lucene"``.
 
     ``cache_dir``: where indexes are kept (``None`` = never saved); ``progress``: show progress bars;
-    ``workers``: processes that analyse the corpus (default: every core this process may use).
+    ``workers``: processes that analyse the corpus and threads that weight and search (default: every core this
+    process may use).
     """
 
     variant: str = "r2med"
@@ -82,14 +83,16 @@ class BM25Retriever:
         texts = dataset.doc_texts
         with tqdm(total=len(texts), desc=f"{dataset.name}: analysing documents", unit="doc", disable=not self.progress, leave=False) as bar:
             vocabulary, counts = analyze_and_count(texts, self.analyzer, workers=self.workers, on_progress=bar.update)
-        return BM25Index(params=self.params, vocabulary=vocabulary, counts=counts, doc_ids=list(dataset.doc_ids))
+        return BM25Index(
+            params=self.params, vocabulary=vocabulary, counts=counts, doc_ids=list(dataset.doc_ids), workers=self.workers
+        )
 
     def index(self, dataset: Dataset) -> BM25Index:
         """The dataset's index: loaded from the cache when its key matches, else built (and saved)."""
         folder = self.cache_dir / index_key(dataset) if self.cache_dir is not None else None
         if folder is not None and (folder / "index.json").is_file():
             try:
-                index = BM25Index.load(folder, params=self.params)
+                index = BM25Index.load(folder, params=self.params, workers=self.workers)
                 logger.info("%s: reusing the BM25 index in %s", dataset.name, folder)
                 return index
             except R2MedError as exc:

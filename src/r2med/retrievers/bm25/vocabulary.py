@@ -17,6 +17,8 @@ from typing import NamedTuple
 import numpy as np
 import scipy.sparse as sp
 
+from r2med.retrievers.bm25.cores import default_workers, in_threads, row_parts
+
 __all__ = [
     "SliceCounts",
     "count_matrix",
@@ -149,7 +151,7 @@ def slice_counts(terms: list[str], ids: np.ndarray, lengths: np.ndarray) -> Slic
     return SliceCounts(list(terms), first_row.astype(np.int64), counts.indptr, counts.indices, counts.data)
 
 
-def merge_slice_counts(parts: Iterable[SliceCounts]) -> tuple[list[str], sp.csr_matrix]:
+def merge_slice_counts(parts: Iterable[SliceCounts], *, workers: int | None = None) -> tuple[list[str], sp.csr_matrix]:
     """Vocabulary (gensim order) and counts of the corpus the consecutive slices ``parts`` make up.
 
     The same result as ``count_matrix`` over the whole corpus: the slices' terms are merged in order
@@ -190,10 +192,24 @@ def merge_slice_counts(parts: Iterable[SliceCounts]) -> tuple[list[str], sp.csr_
     if row_counts:
         np.cumsum(np.concatenate(row_counts), out=indptr[1:])
     values = np.concatenate(data).astype(np.int32) if data else np.empty(0, dtype=np.int32)
+    # gensim order differs from first-occurrence order within a row's new terms: sort every row again
+    threads = default_workers() if workers is None else max(1, workers)
+    in_threads(lambda rows: _sort_rows(values, all_indices, indptr, n_terms, rows), row_parts(indptr, threads), threads)
     counts = sp.csr_matrix((values, all_indices, indptr), shape=(n_rows, n_terms))
-    counts.has_sorted_indices = False
-    counts.sort_indices()  # gensim order differs from first-occurrence order within a row's new terms
+    counts.has_sorted_indices = True
     return [terms[i] for i in order.tolist()], counts
+
+
+def _sort_rows(data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, n_cols: int, rows: tuple[int, int]) -> None:
+    """Sort the column indices (with their values) of rows ``rows[0]:rows[1]`` of a CSR matrix, in place."""
+    r0, r1 = rows
+    e0, e1 = int(indptr[r0]), int(indptr[r1])
+    part = sp.csr_matrix((data[e0:e1], indices[e0:e1], indptr[r0:r1 + 1] - e0), shape=(r1 - r0, n_cols), copy=False)
+    part.has_sorted_indices = False
+    part.sort_indices()
+    if not np.shares_memory(part.indices, indices):  # scipy copied the arrays: write the sorted rows back
+        indices[e0:e1] = part.indices
+        data[e0:e1] = part.data
 
 
 def matrix_from_ids(terms: list[str], ids: np.ndarray, lengths: np.ndarray) -> tuple[list[str], sp.csr_matrix]:
