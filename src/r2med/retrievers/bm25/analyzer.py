@@ -14,7 +14,10 @@ Lucene 9.5) runs, in this order:
 Speed: Lucene's tokens never span whitespace and a token's term depends on its text alone, so
 :class:`EnglishAnalyzer` splits a text on whitespace (``str.split``) and looks each chunk up in a
 cache of chunk -> terms; the lookups of a whole text run in C.  Only a chunk seen for the first
-time goes through the tokenizer (:mod:`r2med.retrievers.bm25.tokenizer`) and the filters.
+time goes through the tokenizer (:mod:`r2med.retrievers.bm25.tokenizer`) and the filters.  Indexing
+(:meth:`EnglishAnalyzer.term_ids`) goes further: NumPy cuts the texts' UTF-8 bytes into chunks and
+maps them to term ids in a vectorised hash table (:mod:`r2med.retrievers.bm25.chunks`), with no
+Python object per token.
 
 >>> analyze("The dog's 3.5mg dose, in 1,000 U.S.A. patients.")
 ['dog', '3.5mg', 'dose', '1,000', 'u.s.a', 'patient']
@@ -131,8 +134,9 @@ class EnglishAnalyzer:
 
     Speed comes from caching: Lucene's tokens never span whitespace, and a token's term depends
     on nothing but its text, so each whitespace-separated chunk of a text (``"patients,"``)
-    always yields the same terms.  The analyzer keeps chunk -> terms and token -> term caches;
-    ``max_cache_entries`` bounds each (it is emptied when it grows past that).
+    always yields the same terms.  The analyzer keeps chunk -> terms and token -> term caches, and
+    for :meth:`term_ids` a chunk table; ``max_cache_entries`` bounds each (a cache is emptied when it
+    grows past that; the chunk table when a call of :meth:`term_ids` starts with that many chunks).
 
     >>> EnglishAnalyzer()("Patients' outcomes were IMPROVED by the 2nd-line drug")
     ['patient', 'outcom', 'were', 'improv', '2nd', 'line', 'drug']
