@@ -35,11 +35,14 @@ Unknown keys are errors (a typo must not silently fall back to a default).
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from r2med.errors import InvalidInputError, MissingResourceError
+
+if TYPE_CHECKING:
+    from r2med.retrievers.registry import RetrieverOptions
 
 _RETRIEVER_KEYS = {"name", "bm25_variant", "k1", "b", "device", "batch_size", "query_instruction", "doc_instruction",
                    "identical_ids"}
@@ -57,6 +60,13 @@ class RetrieverSpec:
     query_instruction: str | None = None
     doc_instruction: str | None = None
     identical_ids: str | None = None  # "drop" | "keep" | None (the family's default)
+
+    def options(self, *, cache_dir: Path | None, progress: bool) -> RetrieverOptions:
+        """The ``RetrieverOptions`` this stage builds its retriever with (every field they share)."""
+        from r2med.retrievers.registry import RetrieverOptions
+
+        shared = {f.name for f in fields(RetrieverOptions)} - {"cache_dir", "progress"}
+        return RetrieverOptions(cache_dir=cache_dir, progress=progress, **{name: getattr(self, name) for name in shared})
 
 
 @dataclass(frozen=True)

@@ -226,7 +226,7 @@ def run_pipeline(
     """
     from r2med.datasets import load_dataset, locate
     from r2med.expansion.published import parse_expansion_spec
-    from r2med.retrievers.registry import RetrieverOptions, make_retriever
+    from r2med.retrievers.registry import make_retriever
     from r2med.settings import get_settings
 
     settings = settings or get_settings()
@@ -244,12 +244,7 @@ def run_pipeline(
     stages: dict[str, list[DatasetResult]] = {}
     inputs: list[tuple[SystemPath, bool]] = []
     for rspec in spec.retrievers:
-        options = RetrieverOptions(
-            cache_dir=settings.home, progress=progress, bm25_variant=rspec.bm25_variant, k1=rspec.k1, b=rspec.b,
-            device=rspec.device, batch_size=rspec.batch_size, query_instruction=rspec.query_instruction,
-            doc_instruction=rspec.doc_instruction,
-        )
-        retriever = make_retriever(rspec.name, options)
+        retriever = make_retriever(rspec.name, rspec.options(cache_dir=settings.home, progress=progress))
         if rspec.identical_ids is not None:
             retriever.ignore_identical_ids = rspec.identical_ids == "drop"
         if spec.expansion:
