@@ -47,22 +47,11 @@ _M3 = np.uint64(0xBF58476D1CE4E5B9)
 def _encode(texts: Sequence[str]) -> tuple[bytes, np.ndarray]:
     """``texts`` as one UTF-8 buffer (separated by newlines) and the byte length of each."""
     try:
-        joined = "\n".join(texts)
-    except TypeError:
-        for index, text in enumerate(texts):
-            if not isinstance(text, str):
-                raise TypeError(f"texts[{index}] must be str, got {type(text).__name__}: {text!r:.80}") from None
-        raise
-    data = joined.encode("utf-8", "surrogatepass")
-    if len(data) == len(joined):  # all ASCII: one byte per character
-        sizes = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
-    else:
-        sizes = np.fromiter(
-            (len(t) if t.isascii() else len(t.encode("utf-8", "surrogatepass")) for t in texts),
-            dtype=np.int64,
-            count=len(texts),
-        )
-    return data, sizes
+        parts = [text.encode("utf-8", "surrogatepass") for text in texts]
+    except AttributeError:
+        index, text = next((i, t) for i, t in enumerate(texts) if not isinstance(t, str))
+        raise TypeError(f"texts[{index}] must be str, got {type(text).__name__}: {text!r:.80}") from None
+    return b"\n".join(parts), np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
 
 
 def _mix(k1: np.ndarray, k2: np.ndarray, bits: int) -> np.ndarray:
