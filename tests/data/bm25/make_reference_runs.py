@@ -23,7 +23,7 @@ scores are already rounded to 4 decimals by Anserini's ScoreTiesAdjusterReranker
 Collections: ``cacm`` and ``nfcorpus`` from ``<shared>/data``; ``scifact_edge``, built from
 ``<shared>/data/scifact`` by the recipe this script writes to ``scifact_edge.json.gz`` (repeated ids with other or
 the same text, empty and all-stop-word documents, an empty query, a query of unknown words);
-and ``toy.json``, the 3-document example of ``tests/retrievers/test_bm25_scoring.py`` scored
+and ``toy.json``, the 3-document example of ``tests/retrievers/bm25/test_bm25_scoring.py`` scored
 by both reference implementations. ``figures.json`` holds nDCG@10 and R@100 of every run
 (pytrec_eval on the runs as written, averaged over the queries it evaluates, rounded to 5
 decimals).

@@ -33,7 +33,7 @@ Variants (see :mod:`r2med.retrievers.bm25.scoring` for the formulas):
     of 1,024 distinct query terms.
 
 Both are bit-exact with their references on scifact, cacm, nfcorpus and an edge-case
-collection (``tests/retrievers/test_bm25_scoring.py``). Not reproduced: gensim's
+collection (``tests/retrievers/bm25/test_bm25_scoring.py``). Not reproduced: gensim's
 ``Dictionary`` pruning of vocabularies above 2,000,000 terms (a warning is logged).
 """
 

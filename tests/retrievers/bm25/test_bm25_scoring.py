@@ -34,7 +34,7 @@ from r2med.retrievers.bm25.scoring import (
 )
 from r2med.retrievers.bm25.vocabulary import count_matrix, query_term_counts
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DATA = ROOT / "tests" / "data" / "bm25"
 SHARED = ROOT.parent / "shared" / "data"
 

@@ -28,7 +28,7 @@ from r2med.retrievers.bm25.analyzer import (
 )
 from r2med.retrievers.bm25.porter import stem
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DATA = ROOT / "tests" / "data" / "analyzer"
 SHARED = ROOT.parent / "shared" / "data"
 
