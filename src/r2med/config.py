@@ -1,4 +1,7 @@
-"""Pipeline specs: datasets -> (expansion) -> one or more retrievers -> (fusion), from TOML or CLI flags.
+"""Pipeline specs: datasets -> (expansion) -> retrievers -> (fusion) -> (reranking), from TOML or CLI flags.
+
+Every command that runs stages (``r2med run``, ``r2med rerank``, ``r2med reproduce``) builds a
+:class:`PipelineSpec` and calls ``r2med.pipeline.run_pipeline(spec)``.
 
 A spec file (``r2med run --config pipeline.toml``)::
 
@@ -12,6 +15,7 @@ A spec file (``r2med run --config pipeline.toml``)::
     [expansion]                   # optional: generation-augmented retrieval
     spec = "hyde/o3-mini"         # METHOD/LLM, published or generated
     answer_policy = "fallback"
+    bm25_composition = "query2doc-spaced"   # optional: the corrected BM25 query2doc text
 
     [[retriever]]
     name = "bm25"                 # anything `r2med run --retriever` takes
@@ -25,6 +29,11 @@ A spec file (``r2med run --config pipeline.toml``)::
     method = "rrf"                # rrf | combsum | combmnz | interpolate
     k = 60
 
+    [reranker]                    # optional: rerank the last stage's top k
+    name = "bge-reranker"         # anything `r2med rerank --reranker` takes
+    top_k = 100
+    truncate = false              # true: keep only the reranked top k (the official reranker runs)
+
 Unknown keys are errors (a typo must not silently fall back to a default).
 
 >>> spec = parse_spec({"retriever": [{"name": "bm25"}]}, base=Path("."))
@@ -37,36 +46,14 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from r2med.errors import InvalidInputError, MissingResourceError
+from r2med.errors import InvalidInputError, MissingResourceError, UsageError
+from r2med.rerankers.registry import RerankerOptions
+from r2med.retrievers.registry import RetrieverSpec
 
-if TYPE_CHECKING:
-    from r2med.retrievers.registry import RetrieverOptions
-
-_RETRIEVER_KEYS = {"name", "bm25_variant", "k1", "b", "device", "batch_size", "query_instruction", "doc_instruction",
-                   "identical_ids"}
+_RETRIEVER_KEYS = {f.name for f in fields(RetrieverSpec)}
 _FUSION_KEYS = {"method", "k", "weights", "norm", "alpha"}
-
-
-@dataclass(frozen=True)
-class RetrieverSpec:
-    name: str
-    bm25_variant: str = "r2med"
-    k1: float = 0.9
-    b: float = 0.4
-    device: str | None = None
-    batch_size: int | None = None
-    query_instruction: str | None = None
-    doc_instruction: str | None = None
-    identical_ids: str | None = None  # "drop" | "keep" | None (the family's default)
-
-    def options(self, *, cache_dir: Path | None, progress: bool) -> RetrieverOptions:
-        """The ``RetrieverOptions`` this stage builds its retriever with (every field they share)."""
-        from r2med.retrievers.registry import RetrieverOptions
-
-        shared = {f.name for f in fields(RetrieverOptions)} - {"cache_dir", "progress"}
-        return RetrieverOptions(cache_dir=cache_dir, progress=progress, **{name: getattr(self, name) for name in shared})
 
 
 @dataclass(frozen=True)
@@ -76,8 +63,33 @@ class FusionSpec:
 
 
 @dataclass(frozen=True)
+class RerankSpec:
+    """The reranking stage: reranker ``name`` over the previous stage's top ``top_k``.
+
+    ``truncate`` keeps only the reranked ``top_k`` (as the official reranker runs); ``identical_ids``
+    "drop" scores with BEIR's rule (default: keep, as the official reranker numbers); ``options`` are
+    the reranker's own (model, LLM endpoint, window, sampling); the pipeline sets their cache and progress.
+    """
+
+    name: str
+    top_k: int = 100
+    truncate: bool = False
+    identical_ids: str | None = None
+    options: RerankerOptions = field(default_factory=RerankerOptions)
+
+
+@dataclass(frozen=True)
 class PipelineSpec:
-    retrievers: tuple[RetrieverSpec, ...]
+    """Everything a pipeline does: datasets -> first stage -> (fusion) -> (reranking).
+
+    The first stage is either ``retrievers`` (each plain or with the ``expansion`` ``METHOD/LLM``, its
+    ``answer_policy`` and a BM25 ``bm25_composition``), fused when there are several, or ``first_stage``:
+    stored runs (a run file, a directory, a system path or name under ``output``) named ``first_stage_system``
+    in the results path (``r2med rerank``). ``cache`` False keeps indexes, embeddings and reranker caches
+    out of R2MED_HOME (results are still stored and resumed).
+    """
+
+    retrievers: tuple[RetrieverSpec, ...] = ()
     name: str | None = None
     datasets: tuple[str, ...] | None = None
     data_dir: Path | None = None
@@ -85,7 +97,22 @@ class PipelineSpec:
     top_k: int = 100
     expansion: str | None = None
     answer_policy: str = "fallback"
+    bm25_composition: str | None = None
     fusion: FusionSpec | None = None
+    first_stage: str | Path | None = None
+    first_stage_system: str | None = None
+    reranker: RerankSpec | None = None
+    cache: bool = True
+
+    def __post_init__(self) -> None:
+        if self.top_k < 1:
+            raise UsageError(f"--top-k must be at least 1, got {self.top_k}")
+        if bool(self.retrievers) == (self.first_stage is not None):
+            raise UsageError("a pipeline needs either retrievers or a stored first stage (not both)")
+        if self.first_stage is not None and self.reranker is None:
+            raise UsageError("a stored first stage is only read to be reranked: name a reranker")
+        if self.bm25_composition and not self.expansion:
+            raise UsageError("--bm25-composition needs --expansion METHOD/LLM")
 
     def as_dict(self) -> dict[str, Any]:
         """The resolved spec (recorded in manifests)."""
@@ -119,7 +146,7 @@ def _path(value: Any, base: Path, where: str) -> Path:
 
 def parse_spec(raw: dict[str, Any], *, base: Path, source: str = "pipeline spec") -> PipelineSpec:
     """A :class:`PipelineSpec` from the parsed TOML; ``base`` resolves relative paths."""
-    _check_keys(raw, {"pipeline", "expansion", "retriever", "fusion"}, source)
+    _check_keys(raw, {"pipeline", "expansion", "retriever", "fusion", "reranker"}, source)
     head = _table(raw, "pipeline", source)
     _check_keys(head, {"name", "datasets", "data_dir", "output", "top_k"}, f"{source} [pipeline]")
     retrievers_raw = raw.get("retriever", [])
@@ -140,7 +167,7 @@ def parse_spec(raw: dict[str, Any], *, base: Path, source: str = "pipeline spec"
     if len(retrievers) > 1 and fusion is None:
         raise InvalidInputError(f"{source}: {len(retrievers)} retrievers need a [fusion] table (e.g. method = \"rrf\")")
     expansion = _table(raw, "expansion", source)
-    _check_keys(expansion, {"spec", "answer_policy"}, f"{source} [expansion]")
+    _check_keys(expansion, {"spec", "answer_policy", "bm25_composition"}, f"{source} [expansion]")
     datasets = head.get("datasets")
     if isinstance(datasets, str):
         datasets = [datasets]
@@ -158,8 +185,28 @@ def parse_spec(raw: dict[str, Any], *, base: Path, source: str = "pipeline spec"
         top_k=top_k,
         expansion=expansion.get("spec"),
         answer_policy=expansion.get("answer_policy", "fallback"),
+        bm25_composition=expansion.get("bm25_composition"),
         fusion=fusion,
+        reranker=_rerank_spec(_table(raw, "reranker", source), f"{source} [reranker]") if "reranker" in raw else None,
     )
+
+
+_RERANK_STAGE_KEYS = {"name", "top_k", "truncate", "identical_ids"}
+#: reranker options a spec file may set (the cache, progress and the API key come from the environment)
+_RERANK_OPTION_KEYS = {f.name for f in fields(RerankerOptions)} - {"cache_dir", "progress", "api_key"}
+
+
+def _rerank_spec(table: dict[str, Any], where: str) -> RerankSpec:
+    """``[reranker]``: ``name``, ``top_k``, ``truncate``, ``identical_ids`` and any reranker option (``window``, ...)."""
+    _check_keys(table, _RERANK_STAGE_KEYS | _RERANK_OPTION_KEYS, where)
+    if not isinstance(table.get("name"), str):
+        raise InvalidInputError(f"{where}: needs name = \"bge-reranker\", \"listwise\" or a model path")
+    top_k = table.get("top_k", 100)
+    if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
+        raise InvalidInputError(f"{where}: top_k must be a positive integer, got {top_k!r}")
+    options = RerankerOptions(**{k: v for k, v in table.items() if k in _RERANK_OPTION_KEYS})
+    return RerankSpec(table["name"], top_k=top_k, truncate=bool(table.get("truncate", False)),
+                      identical_ids=table.get("identical_ids"), options=options)
 
 
 def load_spec(path: Path) -> PipelineSpec:

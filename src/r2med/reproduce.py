@@ -21,10 +21,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from r2med.errors import InvalidInputError, MissingResourceError, UsageError
 from r2med.store.results import SystemPath
+
+if TYPE_CHECKING:
+    from r2med.config import PipelineSpec
 
 #: official retriever directory -> the r2med retriever that reproduces it
 _AS_PUBLISHED = {"medcpt": "medcpt-authors"}
@@ -38,6 +41,25 @@ class Plan:
     answer_policy: str = "authors"
     reranker: str | None = None
     rerank_top_k: int | None = None
+
+    def spec(self, *, datasets: list[str] | None = None, data_dir: Path | None = None, output: Path = Path("results"),
+             device: str | None = None, batch_size: int | None = None) -> PipelineSpec:
+        """The ``PipelineSpec`` that runs this configuration: the retriever (with the published expansions and the
+        authors' answer policy for GAR rows), then for reranker rows the reranker over its top k, truncated."""
+        from r2med.config import PipelineSpec, RerankSpec
+        from r2med.rerankers.registry import RerankerOptions
+        from r2med.retrievers.registry import RetrieverSpec
+
+        rerank = None
+        if self.reranker is not None:
+            rerank = RerankSpec(self.reranker, top_k=int(self.rerank_top_k or 100), truncate=True,
+                                options=RerankerOptions(device=device, batch_size=batch_size))
+        return PipelineSpec(
+            retrievers=(RetrieverSpec(self.retriever, device=device, batch_size=batch_size),),
+            datasets=tuple(datasets) if datasets else None, data_dir=data_dir, output=output,
+            expansion="/".join(self.expansion) if self.expansion else None, answer_policy=self.answer_policy,
+            reranker=rerank,
+        )
 
 
 @dataclass(frozen=True)

@@ -151,20 +151,21 @@ def test_rerank_command_errors(tmp_path):
 
 @pytest.mark.slow
 def test_rerank_after_run_reads_the_stage_just_written(cross_encoder_dir, tmp_path):
-    """What `r2med run --reranker` calls: the runs under <output>/base retriever/<system>/ are reranked."""
-    import argparse
+    """What `r2med run --reranker` runs: the runs under <output>/base retriever/<system>/ are reranked."""
     import shutil
 
-    from r2med.cli.rerank import add_reranker_options, rerank_after_run
+    from conftest import shared_path
+    from r2med.config import PipelineSpec, RerankSpec
+    from r2med.pipeline import run_pipeline
+    from r2med.rerankers.registry import RerankerOptions
 
     stage = tmp_path / "base retriever" / "bm25"
     stage.mkdir(parents=True)
     shutil.copy(BM25_TOP20, stage / "scifact.run")
-    parser = argparse.ArgumentParser()
-    add_reranker_options(parser)
-    args = parser.parse_args(["--max-length", str(MAX_LENGTH)])
-    args.reranker, args.rerank_top_k, args.output, args.device, args.quiet = str(cross_encoder_dir), 5, tmp_path, "cpu", True
-    results = rerank_after_run(args, "bm25", [scifact])
+    options = RerankerOptions(device="cpu", max_length=MAX_LENGTH)
+    spec = PipelineSpec(first_stage="bm25", reranker=RerankSpec(str(cross_encoder_dir), top_k=5, options=options),
+                        data_dir=shared_path("data", "scifact"), output=tmp_path)
+    results = list(run_pipeline(spec, progress=False).values())[-1]
     assert [r.dataset for r in results] == ["scifact"]
     assert results[0].files.run == tmp_path / "reranker" / cross_encoder_dir.name / "bm25" / "top_5" / "scifact.run"
     dataset, run = scifact(), bm25_top20()

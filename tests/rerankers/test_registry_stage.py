@@ -10,7 +10,7 @@ import pytest
 
 from r2med.errors import MissingResourceError, UsageError
 from r2med.rerankers.registry import RerankerOptions, make_reranker, reranker_registry, resolve_reranker
-from r2med.rerankers.stage import FirstStage, run_digest
+from r2med.stages.rerank import FirstStage, run_digest
 from r2med.types import Run
 
 
@@ -98,7 +98,7 @@ def test_a_missing_package_names_the_rerank_extra(monkeypatch, module, scorer, a
 
 def test_importing_the_reranking_code_imports_nothing_heavy():
     code = (
-        "import sys, r2med.rerankers, r2med.rerankers.registry, r2med.rerankers.stage, r2med.cli.rerank; "
+        "import sys, r2med.rerankers, r2med.rerankers.registry, r2med.stages.rerank, r2med.cli.rerank; "
         "heavy = [m for m in ('torch', 'transformers', 'sentence_transformers', 'peft', 'openai') if m in sys.modules]; "
         "print(heavy)"
     )

@@ -53,3 +53,46 @@ def emit_json(obj: object) -> None:
     import json
 
     print(json.dumps(obj, indent=2, ensure_ascii=False))
+
+
+def add_recompute_options(parser: argparse.ArgumentParser, *, caches: str | None = None) -> None:
+    """``--force`` (recompute stored results; ``--resume``, the default, reuses matching ones) and, where the
+    command has caches, ``--no-cache`` (``caches`` says which) — the same words in every subcommand."""
+    parser.add_argument("--resume", dest="force", action="store_false", default=False,
+                        help="reuse a stored result whose manifest shows the same configuration and data (default)")
+    parser.add_argument("--force", dest="force", action="store_true",
+                        help="recompute every result even when a matching one is stored")
+    if caches is not None:
+        parser.add_argument("--no-cache", action="store_true", help=f"neither reuse nor save {caches} under R2MED_HOME")
+
+
+def progress_printer(args: argparse.Namespace, *, systems: bool = False, policy: str = "fallback"):
+    """The one per-dataset progress line of every stage-running command, on stderr; silent with -q or --json.
+
+    ``systems`` starts each line with the stage's system path (pipelines). A GAR stage whose expansions
+    were not all usable says so first.
+    """
+    import sys
+
+    def show(system: str, result) -> None:
+        if args.json or args.quiet:
+            return
+        counts = result.details.get("expansion") or {}
+        prefix = f"{system}: " if systems else ""
+        if counts.get("fell_back") or counts.get("truncated") or counts.get("text_differs"):
+            print(f"{prefix}{result.dataset}: {counts['fell_back']} of {counts['queries']} expansions unusable -> "
+                  f"plain query ({counts['truncated']} traces cut off, answer policy {policy}); "
+                  f"{counts['text_differs']} query texts differ from the dataset's", file=sys.stderr)
+        how = "stored result reused" if result.reused else f"{result.seconds:.1f} s"
+        print(f"{prefix}{result.dataset}: nDCG@10 {pct(result.scores.rounded()['ndcg_at_10'])} "
+              f"({result.scores.n_queries} queries, {how}) -> {result.files.result}", file=sys.stderr)
+
+    return show
+
+
+def result_table(title: str, table: dict, columns: dict[str, str]) -> str:
+    """``title`` over a Markdown table of ``summarise`` output: one row per dataset, ``columns`` {header: key}."""
+    from r2med.reporting.tables import markdown_table
+
+    rows = [[name, *(pct(row[key]) for key in columns.values())] for name, row in table.items()]
+    return f"{title}\n" + markdown_table(["dataset", *columns], rows, align_right=[False, *([True] * len(columns))])

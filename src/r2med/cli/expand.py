@@ -114,7 +114,7 @@ def _summary_line(report) -> str:
 
 
 def cmd_expand(args: argparse.Namespace) -> int:
-    from r2med.datasets import load_dataset, locate
+    from r2med.datasets import dataset_loaders
     from r2med.expansion.generate import ExpansionConfig, expansion_dir, generate_expansions, llm_dir_name
     from r2med.llm.client import Budget, BudgetExceeded, ChatClient
     from r2med.settings import get_secret, get_settings
@@ -144,11 +144,11 @@ def cmd_expand(args: argparse.Namespace) -> int:
         print(f"sampling: the authors' {kind!r} defaults{overrides} -> {sampling.to_request()}", file=sys.stderr)
     client = ChatClient(args.llm_model, base_url, api_key=api_key, timeout=args.timeout,
                         max_retries=args.max_retries, budget=budget)
-    targets = locate(args.tasks, data_dir=args.data_dir, settings=settings)
+    targets = dataset_loaders(args.tasks, data_dir=args.data_dir, settings=settings)
     reports = []
     code = 0
-    for name, path in targets:
-        dataset = load_dataset(name, path=path, settings=settings)
+    for _, load in targets:
+        dataset = load()
         if args.out is None:
             out = expansion_dir(settings, dataset.name, args.method, llm_name)
         else:

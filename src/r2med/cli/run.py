@@ -1,161 +1,81 @@
-"""``r2med run``: a retriever (with expansions, a reranker) or a pipeline over datasets; results in the official layout."""
+"""``r2med run``: a retriever (with expansions, a reranker) or a pipeline over datasets; results in the official layout.
+
+Thin: builds a ``PipelineSpec`` from ``--config FILE`` or the flags, calls ``run_pipeline`` and prints the table
+(one retriever: its nDCG@10 and R@100; a pipeline: every stage's nDCG@10 side by side).
+"""
 
 from __future__ import annotations
 
 import argparse
-import sys
+import dataclasses
 from pathlib import Path
 
+from r2med.cli.args import add_recompute_options, emit_json, pct, progress_printer, result_table
 from r2med.cli.args import csv_list as _csv
-from r2med.cli.args import emit_json as _emit_json
-from r2med.cli.args import pct as _pct
+from r2med.cli.reranker_args import add_reranker_options, reranker_options
 from r2med.errors import UsageError
 
 
-def _pipeline_spec(args: argparse.Namespace):
-    """The pipeline of ``--config FILE`` or of repeated ``--retriever`` flags with ``--fuse``."""
-    from r2med.config import FusionSpec, PipelineSpec, RetrieverSpec, load_spec
+def _is_pipeline(args: argparse.Namespace) -> bool:
+    """A pipeline (every stage shown) rather than one retriever: a spec file, several retrievers or a fusion."""
+    return args.config is not None or len(args.retriever or []) > 1 or bool(args.fuse)
 
+
+def build_spec(args: argparse.Namespace):
+    """The ``PipelineSpec`` of ``--config FILE`` or of the flags (retrievers, expansion, fusion, reranker)."""
+    from r2med.config import FusionSpec, PipelineSpec, RerankSpec, load_spec
+    from r2med.retrievers.registry import RetrieverSpec
+
+    rerank = None
+    if args.reranker:
+        rerank = RerankSpec(args.reranker, top_k=args.rerank_top_k, truncate=args.truncate,
+                            options=reranker_options(args, batch_size=args.rerank_batch_size))
     if args.config is not None:
         given = [flag for flag, value in (("--retriever", args.retriever), ("--expansion", args.expansion),
                                           ("--fuse", args.fuse), ("--tasks", args.tasks)) if value]
         if given:
             raise UsageError(f"--config describes the whole pipeline; drop {', '.join(given)} (or edit the file)")
-        return load_spec(args.config)
-    retrievers = tuple(
-        RetrieverSpec(name=name, bm25_variant=args.bm25_variant, k1=args.k1, b=args.b, device=args.device,
-                      batch_size=args.batch_size, query_instruction=args.query_instruction,
-                      doc_instruction=args.doc_instruction, identical_ids=args.identical_ids)
-        for name in args.retriever
-    )
+        spec = load_spec(args.config)
+        return dataclasses.replace(spec, reranker=rerank or spec.reranker, cache=not args.no_cache)
+    shared = [f.name for f in dataclasses.fields(RetrieverSpec) if f.name != "name"]
+    retrievers = tuple(RetrieverSpec(name, **{key: getattr(args, key) for key in shared})
+                       for name in args.retriever or ["bm25"])
     return PipelineSpec(
         retrievers=retrievers, name=args.name, datasets=tuple(args.tasks) if args.tasks else None,
         data_dir=args.data_dir, output=args.output, top_k=args.top_k, expansion=args.expansion,
-        answer_policy=args.answer_policy, fusion=FusionSpec(args.fuse or "rrf"),
+        answer_policy=args.answer_policy, bm25_composition=args.bm25_composition,
+        fusion=FusionSpec(args.fuse or "rrf") if _is_pipeline(args) else None, reranker=rerank,
+        cache=not args.no_cache,
     )
-
-
-def cmd_run_pipeline(args: argparse.Namespace) -> int:
-    from r2med.pipeline import run_pipeline, summarise
-    from r2med.reporting.tables import markdown_table
-
-    spec = _pipeline_spec(args)
-
-    def progress(system: str, result) -> None:
-        if not args.json and not args.quiet:
-            how = "stored result reused" if result.reused else f"{result.seconds:.1f} s"
-            print(f"{system}: {result.dataset}: nDCG@10 {_pct(result.scores.rounded()['ndcg_at_10'])} ({how})",
-                  file=sys.stderr)
-
-    stages = run_pipeline(spec, progress=not (args.quiet or args.json), resume=not args.force, on_result=progress)
-    tables = {system: summarise(results) for system, results in stages.items()}
-    if args.reranker and stages:
-        from r2med.datasets import load_dataset, locate
-
-        last = list(stages)[-1]
-        targets = locate(list(spec.datasets) if spec.datasets else None, data_dir=spec.data_dir)
-        loaders = [lambda name=name, path=path: load_dataset(name, path=path) for name, path in targets]
-        args.output = spec.output
-        table, folder = _rerank_stage(args, last, loaders)
-        tables[str(folder.relative_to(spec.output)) if folder else f"reranked {last}"] = table
-    if args.json:
-        _emit_json(tables)
-        return 0
-    systems = list(tables)
-    names = list(next(iter(tables.values()))) if tables else []
-    rows = [[name, *(_pct(tables[s][name]["ndcg_at_10"]) for s in systems)] for name in names]
-    print(f"nDCG@10 x100 -> {spec.output}")
-    print(markdown_table(["dataset", *systems], rows, align_right=[False, *([True] * len(systems))]))
-    return 0
-
-
-def _rerank_stage(args: argparse.Namespace, stage, loaders) -> tuple[dict, Path | None]:
-    """``run --reranker``: rerank the stage just written; the table shows the reranked numbers."""
-    from r2med.cli.rerank import rerank_after_run
-    from r2med.pipeline import summarise
-
-    def progress(result) -> None:
-        if not args.json and not args.quiet:
-            how = "stored result reused" if result.reused else f"{result.seconds:.1f} s"
-            print(f"{result.dataset}: reranked top {args.rerank_top_k}: nDCG@10 "
-                  f"{_pct(result.scores.rounded()['ndcg_at_10'])} ({how}) -> {result.files.result}", file=sys.stderr)
-
-    results = rerank_after_run(args, str(stage), loaders, on_result=progress)
-    return summarise(results), (results[0].files.result.parent if results else None)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from r2med.datasets import load_dataset, locate
-    from r2med.pipeline import run_retriever, summarise
+    from r2med.pipeline import run_pipeline
     from r2med.reporting.tables import markdown_table
-    from r2med.retrievers.registry import RetrieverOptions, make_retriever
-    from r2med.settings import get_settings
-
-    if args.top_k < 1:
-        raise UsageError(f"--top-k must be at least 1, got {args.top_k}")
-    if args.config is not None or len(args.retriever or []) > 1 or args.fuse:
-        if args.no_cache or args.bm25_composition:
-            raise UsageError("--no-cache and --bm25-composition apply to single-retriever runs, not to pipelines")
-        return cmd_run_pipeline(args)
-    args.retriever = (args.retriever or ["bm25"])[0]
-    settings = get_settings()
-    options = RetrieverOptions(
-        cache_dir=None if args.no_cache else settings.home,
-        progress=not (args.quiet or args.json),
-        bm25_variant=args.bm25_variant, k1=args.k1, b=args.b, device=args.device, batch_size=args.batch_size,
-        query_instruction=args.query_instruction, doc_instruction=args.doc_instruction,
-    )
-    retriever = make_retriever(args.retriever, options)
-    if args.identical_ids is not None:  # default: as the official numbers of the family (dense drop, BM25 keep)
-        retriever.ignore_identical_ids = args.identical_ids == "drop"
-    targets = locate(args.tasks, data_dir=args.data_dir, settings=settings)
-    loaders = [lambda name=name, path=path: load_dataset(name, path=path, settings=settings) for name, path in targets]
-
-    def progress(result) -> None:
-        if not args.json and not args.quiet:
-            how = "stored result reused" if result.reused else f"{result.seconds:.1f} s"
-            print(f"{result.dataset}: nDCG@10 {_pct(result.scores.rounded()['ndcg_at_10'])} "
-                  f"({result.scores.n_queries} queries, {how}) -> {result.files.result}", file=sys.stderr)
-
+    from r2med.stages import summarise
     from r2med.store.results import SystemPath
 
-    if args.expansion:
-        from r2med.expansion.published import parse_expansion_spec
-        from r2med.pipeline import run_gar
-
-        method, llm = parse_expansion_spec(args.expansion)
-
-        def prepared(dataset, queries) -> None:
-            counts = queries.summary()
-            if not args.json and not args.quiet and (counts["fell_back"] or counts["truncated"] or counts["text_differs"]):
-                print(f"{dataset.name}: {counts['fell_back']} of {counts['queries']} expansions unusable -> plain query "
-                      f"({counts['truncated']} traces cut off, answer policy {args.answer_policy}); "
-                      f"{counts['text_differs']} query texts differ from the dataset's", file=sys.stderr)
-
-        results = run_gar(
-            retriever, loaders, method=method, llm=llm, output=args.output, top_k=args.top_k,
-            policy=args.answer_policy, composition=args.bm25_composition, settings=settings,
-            resume=not args.force, on_prepared=prepared, on_result=progress,
-        )
-        where = SystemPath.gar(args.bm25_composition or method, llm, retriever.name)
-    else:
-        if args.bm25_composition:
-            raise UsageError("--bm25-composition needs --expansion METHOD/LLM")
-        results = run_retriever(retriever, loaders, output=args.output, top_k=args.top_k, resume=not args.force,
-                                on_result=progress)
-        where = None
-    table = summarise(results)
-    stage = where or SystemPath.base(retriever.name)
-    shown = Path(args.output).joinpath(*stage.parts)
-    if args.reranker:
-        table, folder = _rerank_stage(args, stage, loaders)
-        shown = folder or shown
-    if args.json:
-        _emit_json(table)
+    spec, pipeline = build_spec(args), _is_pipeline(args)
+    stages = run_pipeline(spec, progress=not (args.quiet or args.json), resume=not args.force,
+                          on_result=progress_printer(args, systems=pipeline, policy=spec.answer_policy))
+    tables = {system: summarise(results) for system, results in stages.items()}
+    if pipeline:
+        if args.json:
+            emit_json(tables)
+            return 0
+        names = list(next(iter(tables.values()))) if tables else []
+        rows = [[name, *(pct(table[name]["ndcg_at_10"]) for table in tables.values())] for name in names]
+        print(f"nDCG@10 x100 -> {spec.output}")
+        print(markdown_table(["dataset", *tables], rows, align_right=[False, *([True] * len(tables))]))
         return 0
-    rows = [[name, _pct(row["ndcg_at_10"]), _pct(row["recall_at_100"])] for name, row in table.items()]
-    print(f"{retriever.name}{' + ' + args.reranker + ' top ' + str(args.rerank_top_k) if args.reranker else ''} -> {shown}")
-    print(markdown_table(["dataset", "nDCG@10", "R@100"], rows, align_right=[False, True, True]))
+    last = list(tables)[-1]
+    if args.json:
+        emit_json(tables[last])
+        return 0
+    retriever = SystemPath.parse(next(iter(tables))).system
+    title = f"{retriever}{' + ' + args.reranker + ' top ' + str(args.rerank_top_k) if args.reranker else ''}"
+    print(result_table(f"{title} -> {SystemPath.parse(last).directory(spec.output)}", tables[last],
+                       {"nDCG@10": "ndcg_at_10", "R@100": "recall_at_100"}))
     return 0
 
 
@@ -200,12 +120,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                          "reranker/<reranker>/<system>/top_<k>/")
     rn.add_argument("--rerank-top-k", type=int, default=100, help="documents reranked per query (default 100)")
     rn.add_argument("--rerank-batch-size", type=int, default=None, help="pointwise reranker: pairs per batch")
-    from r2med.cli.rerank import add_reranker_options
-
     add_reranker_options(rn)
-    rn.add_argument("--no-cache", action="store_true", help="neither reuse nor save indexes and embeddings under R2MED_HOME")
-    rn.add_argument("--resume", dest="force", action="store_false", default=False,
-                    help="reuse a stored result whose manifest shows the same configuration and data (default)")
-    rn.add_argument("--force", dest="force", action="store_true", help="recompute every result even when a matching one is stored")
+    add_recompute_options(rn, caches="indexes, embeddings and reranker scores")
     rn.add_argument("--json", action="store_true", help='print {"<Dataset>": {...}, ..., "average": {...}}')
     rn.set_defaults(func=cmd_run)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -81,3 +82,26 @@ def load_dataset(name: str, *, path: Path | None = None, settings: Settings | No
     folder = download(spec, settings)
     dataset = load_dir(folder, spec.name)
     return replace(dataset, revision=spec.revision)
+
+
+def dataset_loaders(
+    names: list[str] | None = None, *, data_dir: Path | None = None, settings: Settings | None = None, keep: bool = False
+) -> list[tuple[str, Callable[[], Dataset]]]:
+    """``(name, loader)`` for every dataset :func:`locate` finds; a loader reads its dataset when called.
+
+    Loading late lets a bad dataset fail after the earlier ones were done; with ``keep`` a dataset read once
+    stays in memory for the next stage of a pipeline.
+    """
+    loaded: dict[str, Dataset] = {}
+
+    def loader(name: str, path: Path | None) -> Callable[[], Dataset]:
+        def load() -> Dataset:
+            if name in loaded:
+                return loaded[name]
+            dataset = load_dataset(name, path=path, settings=settings)
+            if keep:
+                loaded[name] = dataset
+            return dataset
+        return load
+
+    return [(name, loader(name, path)) for name, path in locate(names, data_dir=data_dir, settings=settings)]

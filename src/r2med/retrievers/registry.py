@@ -27,6 +27,19 @@ class RetrieverOptions:
     doc_instruction: str | None = None
 
 
+@dataclass(frozen=True)
+class RetrieverSpec:  # TEMPORARY on main until the tables branch lands
+    name: str
+    bm25_variant: str = "r2med"
+    k1: float = 0.9
+    b: float = 0.4
+    device: str | None = None
+    batch_size: int | None = None
+    query_instruction: str | None = None
+    doc_instruction: str | None = None
+    identical_ids: str | None = None
+
+
 def _bm25(options: RetrieverOptions) -> Retriever:
     from r2med.retrievers.bm25.retriever import BM25Retriever
 
@@ -107,7 +120,18 @@ def _remote(model: str, options: RetrieverOptions) -> Retriever:
     )
 
 
-def make_retriever(name: str, options: RetrieverOptions) -> Retriever:
+def make_retriever(spec, *, cache_dir, progress=True) -> Retriever:
+    if isinstance(spec, str):
+        spec = RetrieverSpec(spec)
+    from dataclasses import fields
+    options = RetrieverOptions(cache_dir=cache_dir, progress=progress, **{f.name: getattr(spec, f.name) for f in fields(RetrieverOptions) if f.name not in ("cache_dir", "progress")})
+    r = _make_retriever(spec.name, options)
+    if spec.identical_ids is not None:
+        r.ignore_identical_ids = spec.identical_ids == "drop"
+    return r
+
+
+def _make_retriever(name: str, options: RetrieverOptions) -> Retriever:
     """``bm25``, any zoo model (``r2med models list``), a local model directory, a hub id, or
     ``openai:<model id>`` served by any OpenAI-compatible embeddings endpoint (``$OPENAI_BASE_URL``).
 

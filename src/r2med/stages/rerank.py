@@ -1,35 +1,27 @@
-"""The reranking stage of a pipeline: first-stage run in, reranked run evaluated and stored in the official layout.
+"""``Rerank``: an earlier stage's stored runs reranked; ``FirstStage`` finds them.
 
-``rerank_results`` reranks each dataset's first-stage run and writes, through ``pipeline.run_system``,
-``<out>/reranker/<reranker>/<system>/top_<k>/<Dataset>.run|.per_query.jsonl|.json|.manifest.json``;
-a listwise reranker also leaves ``<Dataset>.windows.jsonl`` (every window's documents, new order,
-repairs and reasoning trace). ``r2med run --reranker`` calls it after retrieval. ``FirstStage``
-finds the first-stage run of each dataset from a system name, a system path, a directory or a file.
+Results go to ``<out>/reranker/<reranker>/<system>/top_<k>/<Dataset>.run|.per_query.jsonl|.json|.manifest.json``;
+a listwise reranker also leaves ``<Dataset>.windows.jsonl`` (every window's documents, new order, repairs and
+reasoning trace). ``FirstStage`` finds the first-stage run of each dataset from a system name, a system path,
+a directory or a file. The reranker itself (``r2med.rerankers``) is pure ``Run -> Run`` code.
 
-Reranked runs are scored without BEIR's identical-id rule by default, as the official reranker
-numbers were.
+Reranked runs are scored without BEIR's identical-id rule by default, as the official reranker numbers were.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from r2med.datasets.model import Dataset
 from r2med.errors import MissingResourceError, UsageError
-from r2med.pipeline import DatasetResult
 from r2med.rerankers.base import Reranker, check_top_k
-from r2med.store.atomic import write_atomic
 from r2med.store.results import BASE, SystemPath
 from r2med.store.runs import read_run
 from r2med.types import Run
-
-logger = logging.getLogger(__name__)
 
 RUN_SUFFIXES = (".run", ".trec", ".jsonl", ".txt")
 
@@ -127,69 +119,50 @@ def _system_of(path: Path, output: Path) -> str:
         return path.resolve().name
 
 
-def rerank_results(
-    reranker: Reranker,
-    datasets: Iterable[Dataset | Callable[[], Dataset]],
-    first_stage: FirstStage | Callable[[str], Run],
-    *,
-    output: Path,
-    system: str | None = None,
-    top_k: int = 100,
-    truncate: bool = False,
-    ignore_identical_ids: bool = False,
-    resume: bool = True,
-    on_result: Callable[[DatasetResult], None] | None = None,
-) -> list[DatasetResult]:
-    """Rerank every dataset's first-stage run, evaluate it, store it under ``reranker/<name>/<system>/top_<k>/``.
+class Rerank:
+    """Rerank every dataset's first-stage run; results under ``reranker/<name>/<system>/top_<k>/``.
 
-    One dataset at a time, each complete on disk (with its manifest) before the next starts; with
-    ``resume`` a stored result made by the same reranker, options, first-stage run and data is reused.
-    ``datasets`` may hold loaders (zero-argument callables); ``first_stage`` is a ``FirstStage`` or a
-    function ``dataset name -> Run``; ``system`` names the first stage (default: ``first_stage.system``).
-    ``truncate`` keeps only the reranked ``top_k`` per query, as the official reranker runs did (their
-    recall@100 equals recall@10 at top 10); by default the rest follow in their first-stage order.
+    ``first_stage`` is a ``FirstStage`` or a function ``dataset name -> Run``; ``system`` names the first
+    stage (default: ``first_stage.system``). ``truncate`` keeps only the reranked ``top_k`` per query, as the
+    official reranker runs did (their recall@100 equals recall@10 at top 10); by default the rest follow in
+    their first-stage order. A stored result made by the same reranker, options, first-stage run and data
+    is reused by the runner.
     """
-    from r2med.pipeline import run_system
 
-    check_top_k(top_k)
-    if system is None:
-        if not isinstance(first_stage, FirstStage):
-            raise UsageError("rerank_results needs system= when first_stage is a function")
-        system = first_stage.system
-    load = first_stage.load if isinstance(first_stage, FirstStage) else first_stage
-    where = SystemPath.rerank(reranker.name, system, top_k)
-    runs: dict[str, Run] = {}
+    def __init__(self, reranker: Reranker, first_stage: FirstStage | Callable[[str], Run], *, system: str | None = None,
+                 top_k: int = 100, truncate: bool = False, ignore_identical_ids: bool = False) -> None:
+        check_top_k(top_k)
+        if system is None:
+            if not isinstance(first_stage, FirstStage):
+                raise UsageError("Rerank needs system= when first_stage is a function")
+            system = first_stage.system
+        self.reranker = reranker
+        self.load = first_stage.load if isinstance(first_stage, FirstStage) else first_stage
+        self.system = system
+        self.top_k = top_k
+        self.truncate = truncate
+        self.ignore_identical_ids = ignore_identical_ids
+        self.where = SystemPath.rerank(reranker.name, system, top_k)
+        self._runs: dict[str, Run] = {}
 
-    def first(dataset: Dataset) -> Run:
-        if dataset.name not in runs:
-            runs.clear()  # one dataset's run in memory at a time
-            runs[dataset.name] = load(dataset.name)
-        return runs[dataset.name]
+    def _first(self, dataset: Dataset) -> Run:
+        if dataset.name not in self._runs:
+            self._runs.clear()  # one dataset's run in memory at a time
+            self._runs[dataset.name] = self.load(dataset.name)
+        return self._runs[dataset.name]
 
-    def config_of(dataset: Dataset) -> dict[str, Any]:
-        return {"reranker": describe(reranker), "top_k": top_k, "truncate": truncate,
-                "first_stage": {"system": system, "run_sha256": run_digest(first(dataset))}}
+    def config(self, dataset: Dataset) -> dict[str, Any]:
+        return {"reranker": describe(self.reranker), "top_k": self.top_k, "truncate": self.truncate,
+                "first_stage": {"system": self.system, "run_sha256": run_digest(self._first(dataset))}}
 
-    def search(dataset: Dataset) -> Run:
-        reranked = reranker.rerank(dataset.queries, dataset.corpus, first(dataset), top_k=top_k)
-        if truncate:
-            reranked = reranked.top_k(top_k)
-        log = getattr(reranker, "window_log", None)
-        if log:
-            _write_window_log(where.directory(output) / f"{dataset.name}.windows.jsonl", log)
-        return reranked
+    def run(self, dataset: Dataset) -> Run:
+        reranked = self.reranker.rerank(dataset.queries, dataset.corpus, self._first(dataset), top_k=self.top_k)
+        return reranked.top_k(self.top_k) if self.truncate else reranked
 
-    def details_of(dataset: Dataset) -> dict[str, Any]:
-        stats = getattr(reranker, "last_stats", None)
+    def details(self, dataset: Dataset) -> dict[str, Any]:
+        stats = getattr(self.reranker, "last_stats", None)
         return {"reranker_stats": stats.__dict__ if stats is not None else None}
 
-    return run_system(where, search, datasets, output=output, ignore_identical_ids=ignore_identical_ids,
-                      config_of=config_of, details_of=details_of, resume=resume, on_result=on_result)
-
-
-def _write_window_log(path: Path, log: list[dict[str, Any]]) -> None:
-    def body(handle: IO[str]) -> None:
-        for entry in log:
-            handle.write(json.dumps(entry, ensure_ascii=False) + "\n")
-
-    write_atomic(path, body)
+    def artifacts(self, dataset: Dataset) -> dict[str, list[dict[str, Any]]]:
+        log = getattr(self.reranker, "window_log", None)
+        return {"windows": list(log)} if log else {}

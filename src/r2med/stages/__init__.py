@@ -1,0 +1,23 @@
+"""The stage model: every command is a pipeline of stages run by one runner.
+
+A stage (:class:`~r2med.stages.base.Stage`) knows where its results live (its ``SystemPath``), the
+configuration that keys a stored result, and how to make one dataset's ``Run``. The runner
+(:func:`~r2med.stages.runner.run_stage`) does everything else for every stage alike: reuse a stored
+result made by the same configuration on the same data, evaluate, write the result set in the official
+layout and its manifest.
+
+- :class:`~r2med.stages.retrieve.Retrieve`: a retriever, plain or with an expansion (GAR);
+- :class:`~r2med.stages.fuse.Fuse`: the stored runs of earlier stages fused into one;
+- :class:`~r2med.stages.rerank.Rerank`: an earlier stage's stored runs reranked.
+
+``r2med.pipeline.run_pipeline(spec)`` builds the stages a ``PipelineSpec`` names and runs them in order.
+Importing this package imports no heavy dependency.
+"""
+
+from r2med.stages.base import DatasetResult, Stage, summarise
+from r2med.stages.fuse import Fuse
+from r2med.stages.rerank import FirstStage, Rerank
+from r2med.stages.retrieve import Expansion, Retrieve
+from r2med.stages.runner import run_stage
+
+__all__ = ["DatasetResult", "Expansion", "FirstStage", "Fuse", "Rerank", "Retrieve", "Stage", "run_stage", "summarise"]

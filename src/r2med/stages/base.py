@@ -1,0 +1,62 @@
+"""The ``Stage`` protocol and what the runner returns per dataset."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from r2med.datasets.model import Dataset
+from r2med.store.results import ResultFiles, SystemPath
+from r2med.types import Run, Scores
+
+
+@runtime_checkable
+class Stage(Protocol):
+    """One step of a pipeline: a dataset in, a ``Run`` out; the runner stores and evaluates it.
+
+    ``where`` is the results path (``base retriever/bm25``, ``gar/hyde/gpt4/nv``, ``fusion/x``,
+    ``reranker/bge/nv/top_10``). ``config(dataset)`` is everything that determines the run besides the
+    dataset's files (the runner adds the system, the data and ``ignore_identical_ids``): a stored result
+    whose manifest has the same configuration is reused. ``run(dataset)`` makes the run; afterwards
+    ``details(dataset)`` adds facts to the manifest (LLM usage, fallbacks) and ``artifacts(dataset)``
+    names extra JSONL files (``{"windows": [rows]}`` -> ``<Dataset>.windows.jsonl``) stored beside the result.
+    """
+
+    where: SystemPath
+    ignore_identical_ids: bool
+
+    def config(self, dataset: Dataset) -> dict[str, Any]: ...
+
+    def run(self, dataset: Dataset) -> Run: ...
+
+    def details(self, dataset: Dataset) -> dict[str, Any]: ...
+
+    def artifacts(self, dataset: Dataset) -> dict[str, list[dict[str, Any]]]: ...
+
+
+@dataclass(frozen=True)
+class DatasetResult:
+    """One stage's result on one dataset: its scores, files, seconds, whether a stored result was reused,
+    and the manifest details of a fresh run (empty when reused)."""
+
+    dataset: str
+    scores: Scores
+    files: ResultFiles | None
+    seconds: float
+    reused: bool = False
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+def summarise(results: list[DatasetResult]) -> dict[str, dict[str, float]]:
+    """``{"<Dataset>": {key: 5-decimal mean}, ..., "average": {key: mean over datasets}}``.
+
+    >>> from r2med.types import Scores
+    >>> fake = [DatasetResult(n, Scores({"ndcg_at_10": v}), None, 0.0) for n, v in (("A", 0.1), ("B", 0.2))]
+    >>> summarise(fake)
+    {'A': {'ndcg_at_10': 0.1}, 'B': {'ndcg_at_10': 0.2}, 'average': {'ndcg_at_10': 0.15}}
+    """
+    table = {r.dataset: r.scores.rounded(5) for r in results}
+    if results:
+        keys = list(table[results[0].dataset])
+        table["average"] = {k: round(sum(row[k] for row in table.values()) / len(results), 5) for k in keys}
+    return table
