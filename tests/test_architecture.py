@@ -1,0 +1,35 @@
+"""The architecture contract of pyproject.toml ([tool.importlinter]): no import cycles, layers respected."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _contracts() -> list[dict]:
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+    return tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+
+
+def test_the_contracts_cover_cycles_and_layers():
+    kinds = {c["type"]: c for c in _contracts()}
+    assert kinds["acyclic_siblings"]["ancestors"] == ["r2med"]
+    layers = kinds["layers"]["layers"]
+    assert layers[0] == "cli" and layers[1] == "pipeline : reproduce" and layers.index("stages") == 3
+
+
+def test_import_linter_passes(capsys):
+    pytest.importorskip("importlinter")
+    from importlinter.cli import lint_imports
+
+    code = lint_imports(config_filename=str(REPO / "pyproject.toml"), no_cache=True)
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "Contracts: 2 kept, 0 broken." in out
