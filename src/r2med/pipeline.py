@@ -158,9 +158,9 @@ def run_gar(
     Results go to ``<output>/gar/<method>/<llm>/<retriever>/``; a non-default BM25 ``composition``
     (``query2doc-spaced``) is stored under its own name in place of the method.
     """
-    from r2med.datasets.readers import file_sha256
     from r2med.expansion.apply import prepare_queries, retrieve_expanded
     from r2med.expansion.published import find_expansions, read_expansions
+    from r2med.io.readers import file_sha256
 
     prepared_of: dict[str, PreparedQueries] = {}
 

@@ -305,6 +305,6 @@ def build_report(result_dir: Path, options: ReportOptions = ReportOptions(), *, 
 def write_report(result_dir: Path, output: Path, options: ReportOptions = ReportOptions(), *,
                  settings: Settings | None = None) -> Path:
     """Build the report and write it to ``output`` atomically."""
-    from r2med.store.atomic import write_text_atomic
+    from r2med.io.atomic import write_text_atomic
 
     return write_text_atomic(Path(output), build_report(result_dir, options, settings=settings))

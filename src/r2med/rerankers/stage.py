@@ -22,9 +22,9 @@ from typing import IO, Any
 
 from r2med.datasets.model import Dataset
 from r2med.errors import MissingResourceError, UsageError
+from r2med.io.atomic import write_atomic
 from r2med.pipeline import DatasetResult
 from r2med.rerankers.base import Reranker, check_top_k
-from r2med.store.atomic import write_atomic
 from r2med.store.results import BASE, SystemPath
 from r2med.store.runs import read_run
 from r2med.types import Run
