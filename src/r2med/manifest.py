@@ -27,7 +27,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from r2med.store.atomic import write_text_atomic
+from r2med.io.atomic import write_text_atomic
 
 MANIFEST_SUFFIX = ".manifest.json"
 #: packages whose versions can change numbers (reported when installed)

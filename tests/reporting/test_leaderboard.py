@@ -146,13 +146,13 @@ def test_register_works_with_a_wrapped_add_parser():
 
 
 def test_latex_without_jinja2_names_the_extra(official_tree, monkeypatch):
-    from r2med.reporting import report
+    from r2med.reporting import render
 
-    report._environment.cache_clear()
+    render._environment.cache_clear()
     monkeypatch.setitem(sys.modules, "jinja2", None)  # as if it were not installed
     try:
         result = run("leaderboard", official_tree, "--format", "latex")
     finally:
-        report._environment.cache_clear()
+        render._environment.cache_clear()
     assert result.code == 3 and 'pip install "r2med[report]"' in result.err
     assert run("leaderboard", official_tree, "--format", "csv").code == 0  # the plain formats need nothing

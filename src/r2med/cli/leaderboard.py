@@ -22,7 +22,7 @@ def emit(text: str, output: Path | None) -> None:
     if output is None:
         print(text)
         return
-    from r2med.store.atomic import write_text_atomic
+    from r2med.io.atomic import write_text_atomic
 
     write_text_atomic(output, text if text.endswith("\n") else text + "\n")
 

@@ -12,10 +12,10 @@ import logging
 from pathlib import Path
 
 from r2med.datasets.catalog import DATASET_FILES, DatasetSpec
-from r2med.datasets.readers import file_sha256
 from r2med.errors import MissingResourceError, ProviderError
+from r2med.io.atomic import write_text_atomic
+from r2med.io.readers import file_sha256
 from r2med.settings import ENV_HF_OFFLINE, Settings
-from r2med.store.atomic import write_text_atomic
 
 logger = logging.getLogger(__name__)
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from r2med.datasets.model import Dataset
-from r2med.datasets.problems import Problems
-from r2med.datasets.readers import HashingLines, coerce_id, iter_jsonl, iter_qrels_lines
 from r2med.errors import InvalidInputError, MissingResourceError
+from r2med.io.problems import Problems
+from r2med.io.readers import HashingLines, coerce_id, iter_jsonl, iter_qrels_lines
 from r2med.types import Qrels
 
 logger = logging.getLogger(__name__)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from r2med.datasets.local import find_layout, read_qrels
-from r2med.datasets.problems import Problems
-from r2med.datasets.readers import HashingLines
 from r2med.errors import InvalidInputError, MissingResourceError
+from r2med.io.problems import Problems
+from r2med.io.readers import HashingLines
 from r2med.types import Qrels
 
 

@@ -26,11 +26,11 @@ from r2med import __version__
 from r2med.datasets.model import Dataset
 from r2med.errors import InvalidInputError, ProviderError, UsageError
 from r2med.expansion import prompts, reasoning
+from r2med.http import safe_url
+from r2med.io.atomic import write_atomic, write_text_atomic
 from r2med.llm.cache import ResponseCache
 from r2med.llm.client import Budget, BudgetExceeded, ChatClient, ChatJob, ChatResult, SamplingParams, Usage, request_key
-from r2med.retrievers.dense.api_client import safe_url
 from r2med.settings import Settings
-from r2med.store.atomic import write_atomic, write_text_atomic
 from r2med.types import Run
 
 logger = logging.getLogger(__name__)

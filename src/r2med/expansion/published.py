@@ -22,9 +22,9 @@ from pathlib import Path
 
 from r2med.datasets.catalog import catalog
 from r2med.datasets.model import Dataset
-from r2med.datasets.problems import Problems
-from r2med.datasets.readers import HashingLines, coerce_id, iter_jsonl
 from r2med.errors import InvalidInputError, MissingResourceError, UsageError
+from r2med.io.problems import Problems
+from r2med.io.readers import HashingLines, coerce_id, iter_jsonl
 from r2med.settings import Settings, get_settings
 
 logger = logging.getLogger(__name__)

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from r2med.errors import MissingExtraError, MissingResourceError, ProviderError, UsageError
-from r2med.retrievers.dense.api_client import (
+from r2med.http import (
     Secret,
     backoff_delay,
     error_message,

@@ -23,8 +23,8 @@ from pathlib import Path
 
 from r2med.datasets.catalog import catalog, dataset_names, resolve_names
 from r2med.errors import InvalidInputError, MissingResourceError
-from r2med.reporting.leaderboard import system_path
 from r2med.reporting.official import PublishedSystem, is_published, normalise_metric, normalise_metrics, published
+from r2med.reporting.paths import system_path
 from r2med.reporting.stats import PairedTest, holm, paired_test
 
 logger = logging.getLogger(__name__)

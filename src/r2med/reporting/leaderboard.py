@@ -23,28 +23,21 @@ import io
 import json
 import logging
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 
 from r2med.datasets.catalog import catalog, dataset_names
 from r2med.errors import InvalidInputError, MissingResourceError, UsageError
-from r2med.reporting.official import (
-    display_name,
-    normalise_metric,
-    normalise_metrics,
-    official_tree_path,
-    published_systems,
-)
+from r2med.reporting.official import display_name, normalise_metric, normalise_metrics, published_systems
+from r2med.reporting.paths import system_path
+from r2med.reporting.render import render_template
 from r2med.reporting.tables import markdown_table, pct
 
 logger = logging.getLogger(__name__)
 
 PAPER = "paper"
-FORMATS = ("md", "csv", "latex", "html", "json")
-#: The first folder of each kind of system path and the number of folders such a path has.
-_SHAPES = {"base retriever": (2,), "gar": (4,), "reranker": (3, 4), "fusion": (2,)}
 
 
 @dataclass(frozen=True)
@@ -65,27 +58,6 @@ class SystemResults:
     @property
     def name(self) -> str:
         return display_name(self.system)
-
-
-def system_path(folder: Path, root: Path) -> str:
-    """The system path of a result folder: from its deepest ``base retriever``/``gar``/``reranker``/``fusion``
-    level that has the right depth, else its path below ``root`` (``root``'s name when equal).
-
-    >>> system_path(Path("/r/results/gar/hyde/gpt4/nv"), Path("/r/results"))
-    'gar/hyde/gpt4/nv'
-    >>> system_path(Path("/r/results/reranker/mono/top_10"), Path("/r"))
-    'reranker/monobert/nv/top_10'
-    >>> system_path(Path("/r/results/fusion/bm25+minilm"), Path("/r"))
-    'fusion/bm25+minilm'
-    >>> system_path(Path("/r/runs/mine"), Path("/r/runs")), system_path(Path("/r/runs"), Path("/r/runs"))
-    ('mine', 'runs')
-    """
-    parts = Path(folder).absolute().parts
-    for start in range(len(parts) - 1, -1, -1):
-        if len(parts) - start in _SHAPES.get(parts[start], ()):
-            return official_tree_path(parts[start:])
-    relative = Path(folder).absolute().relative_to(Path(root).absolute())
-    return relative.as_posix() if relative.parts else Path(root).absolute().name
 
 
 def _dataset_of(path: Path, record: dict) -> str | None:
@@ -289,18 +261,30 @@ def to_json(rows: Sequence[Row], metric: str) -> str:
     return json.dumps(payload, indent=2, ensure_ascii=False)
 
 
+def _template(name: str):
+    """A formatter that renders the ``board`` through a packaged template (jinja2, the ``report`` extra)."""
+
+    def render(rows: Sequence[Row], metric: str) -> str:
+        data = board(rows, metric)
+        return render_template(name, board=data, legend=legend_text(data["metric"]))
+
+    return render
+
+
+#: Format name -> formatter ``(rows, metric) -> text``; the order is the one ``--format`` lists.
+FORMATTERS: dict[str, Callable[[Sequence[Row], str], str]] = {
+    "md": to_markdown,
+    "csv": to_csv,
+    "latex": _template("leaderboard.tex.j2"),
+    "html": _template("leaderboard.html.j2"),
+    "json": to_json,
+}
+FORMATS = tuple(FORMATTERS)
+
+
 def format_leaderboard(rows: Sequence[Row], fmt: str = "md", *, metric: str = "ndcg_at_10") -> str:
     """Render ``rows`` as ``md``, ``csv``, ``latex``, ``html`` (a standalone page) or ``json``."""
-    if fmt == "md":
-        return to_markdown(rows, metric)
-    if fmt == "csv":
-        return to_csv(rows, metric)
-    if fmt == "json":
-        return to_json(rows, metric)
-    if fmt in ("latex", "html"):
-        from r2med.reporting.report import render_template
-
-        data = board(rows, metric)
-        name = "leaderboard.tex.j2" if fmt == "latex" else "leaderboard.html.j2"
-        return render_template(name, board=data, legend=legend_text(data["metric"]))
-    raise UsageError(f"unknown format '{fmt}'; valid: {', '.join(FORMATS)}")
+    formatter = FORMATTERS.get(fmt)
+    if formatter is None:
+        raise UsageError(f"unknown format '{fmt}'; valid: {', '.join(FORMATS)}")
+    return formatter(rows, metric)

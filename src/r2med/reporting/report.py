@@ -18,46 +18,16 @@ import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
 from r2med.errors import InvalidInputError, MissingExtraError, MissingResourceError, R2MedError, UsageError
 from r2med.reporting.compare import SystemSource, compare_systems, comparison_rows
-from r2med.reporting.leaderboard import Row, SystemResults, board, build_rows, discover, legend_text, paper_results, pct
+from r2med.reporting.leaderboard import Row, SystemResults, board, build_rows, discover, legend_text, paper_results
+from r2med.reporting.render import render_template
+from r2med.reporting.tables import pct
 from r2med.settings import Settings, get_settings
 
 logger = logging.getLogger(__name__)
-
-_TEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
-        "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
-
-
-def latex_escape(value: object) -> str:
-    """Text made safe for LaTeX (every expression of a ``.tex`` template goes through this).
-
-    >>> print(latex_escape("gar/hyde_1 & 50% {x}"))
-    gar/hyde\\_1 \\& 50\\% \\{x\\}
-    """
-    return "".join(_TEX.get(ch, ch) for ch in str(value))
-
-
-@lru_cache(maxsize=2)
-def _environment(tex: bool):
-    try:
-        import jinja2
-    except ImportError:
-        raise MissingExtraError("jinja2", "report", "HTML and LaTeX output") from None
-    loader = jinja2.PackageLoader("r2med", "reporting/templates")
-    if tex:
-        return jinja2.Environment(loader=loader, autoescape=False, finalize=latex_escape, keep_trailing_newline=True,
-                                  undefined=jinja2.StrictUndefined)
-    return jinja2.Environment(loader=loader, autoescape=True, undefined=jinja2.StrictUndefined)
-
-
-def render_template(name: str, **context: object) -> str:
-    """Render a packaged template: ``*.html.j2`` autoescaped, ``*.tex.j2`` LaTeX-escaped."""
-    return _environment(name.endswith(".tex.j2")).get_template(name).render(**context)
-
 
 def _figure(width: float, height: float):
     try:
@@ -305,6 +275,6 @@ def build_report(result_dir: Path, options: ReportOptions = ReportOptions(), *, 
 def write_report(result_dir: Path, output: Path, options: ReportOptions = ReportOptions(), *,
                  settings: Settings | None = None) -> Path:
     """Build the report and write it to ``output`` atomically."""
-    from r2med.store.atomic import write_text_atomic
+    from r2med.io.atomic import write_text_atomic
 
     return write_text_atomic(Path(output), build_report(result_dir, options, settings=settings))

@@ -14,7 +14,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from r2med.errors import UsageError
-from r2med.rerankers.pointwise import require
+from r2med.hf import (
+    check_model_exists,
+    dtype_kwargs,
+    effective_dtype,
+    hub_kwargs,
+    load_error,
+    model_fingerprint,
+    require,
+    resolve_device,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -37,10 +46,8 @@ class CrossEncoderScorer:
         score_column: int | None = None,
         trust_remote_code: bool = False,
     ) -> None:
-        from r2med.retrievers.dense.encoders import check_model_exists, effective_dtype, resolve_device
-
-        require("torch")
-        require("sentence_transformers")
+        require("torch", "rerank")
+        require("sentence_transformers", "rerank")
         if max_length is not None and max_length < 1:
             raise UsageError(f"max length must be positive, got {max_length}")
         check_model_exists(model)
@@ -54,8 +61,6 @@ class CrossEncoderScorer:
         self.dtype = effective_dtype(dtype, self.device)
 
     def describe(self) -> dict[str, Any]:
-        from r2med.retrievers.dense.encoders import model_fingerprint
-
         return {
             "kind": "cross-encoder",
             "model": self.model_id,
@@ -69,9 +74,7 @@ class CrossEncoderScorer:
     def load(self) -> Any:
         """The loaded ``CrossEncoder`` (loaded once)."""
         if self._model is None:
-            from r2med.retrievers.dense.encoders import dtype_kwargs, hub_kwargs, load_error
-
-            st = require("sentence_transformers")
+            st = require("sentence_transformers", "rerank")
             kwargs: dict[str, Any] = {"device": self.device, "trust_remote_code": self.trust_remote_code, **hub_kwargs(self.revision)}
             if self.max_length is not None:
                 kwargs["max_length"] = self.max_length
@@ -87,7 +90,7 @@ class CrossEncoderScorer:
         return self._model
 
     def score(self, queries: Sequence[str], documents: Sequence[str]) -> list[float]:
-        torch = require("torch")
+        torch = require("torch", "rerank")
         model = self.load()
         with torch.inference_mode():
             logits = model.predict(

@@ -10,7 +10,6 @@ with the same model and texts loads nothing and scores nothing.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import math
 from collections.abc import Mapping, Sequence
@@ -18,23 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from r2med.errors import MissingExtraError, ProviderError, UsageError
+from r2med.errors import ProviderError, UsageError
 from r2med.rerankers.base import assemble, check_texts, check_top_k, order_by_scores, split_head
 from r2med.rerankers.score_cache import ScoreCache, pair_key
 from r2med.types import Run
 
 logger = logging.getLogger(__name__)
-
-_PACKAGES = {"torch": "torch", "transformers": "transformers", "sentence_transformers": "sentence-transformers", "peft": "peft"}
-
-
-def require(module: str, purpose: str = "reranking") -> Any:
-    """Import ``module`` or raise ``MissingExtraError`` naming ``pip install "r2med[rerank]"``."""
-    try:
-        return importlib.import_module(module)
-    except ImportError as exc:
-        raise MissingExtraError(_PACKAGES.get(module, module), "rerank", purpose) from exc
-
 
 class PairScorer(Protocol):
     """Scores (query, document) pairs; ``describe()`` is everything its scores depend on (JSON-able)."""

@@ -18,7 +18,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from r2med.errors import UsageError
-from r2med.rerankers.pointwise import require
+from r2med.hf import (
+    check_model_exists,
+    dtype_kwargs,
+    effective_dtype,
+    hub_kwargs,
+    load_error,
+    model_fingerprint,
+    require,
+    resolve_device,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -53,11 +62,9 @@ class RankLlamaScorer:
         revision: str | None = None,
         base_revision: str | None = None,
     ) -> None:
-        from r2med.retrievers.dense.encoders import check_model_exists, effective_dtype, resolve_device
-
-        require("torch")
-        require("transformers")
-        require("peft", "RankLLaMA (a LoRA adapter)")
+        require("torch", "rerank")
+        require("transformers", "rerank")
+        require("peft", "rerank", "RankLLaMA (a LoRA adapter)")
         if max_length < 8:
             raise UsageError(f"max length must be at least 8 tokens, got {max_length}")
         check_model_exists(adapter)
@@ -75,9 +82,7 @@ class RankLlamaScorer:
 
     def _base(self) -> str:
         if self.base_model is None:
-            from r2med.retrievers.dense.encoders import hub_kwargs, load_error
-
-            peft = require("peft")
+            peft = require("peft", "rerank")
             try:
                 config = peft.PeftConfig.from_pretrained(self.adapter, **hub_kwargs(self.revision))
             except (OSError, ValueError) as exc:
@@ -88,8 +93,6 @@ class RankLlamaScorer:
         return self.base_model
 
     def describe(self) -> dict[str, Any]:
-        from r2med.retrievers.dense.encoders import model_fingerprint
-
         base = self._base()
         return {
             "kind": "rankllama",
@@ -105,10 +108,8 @@ class RankLlamaScorer:
     def load(self) -> tuple[Any, Any]:
         """``(tokenizer, merged model)``, loaded once."""
         if self._model is None:
-            from r2med.retrievers.dense.encoders import dtype_kwargs, hub_kwargs, load_error
-
-            transformers = require("transformers")
-            peft = require("peft")
+            transformers = require("transformers", "rerank")
+            peft = require("peft", "rerank")
             base = self._base()
             logger.info("loading RankLLaMA %s on %s (%s) on %s, %s", self.adapter, base, self.device, self.dtype, self.max_length)
             try:
@@ -126,7 +127,7 @@ class RankLlamaScorer:
         return self._tokenizer, self._model
 
     def score(self, queries: Sequence[str], documents: Sequence[str]) -> list[float]:
-        torch = require("torch")
+        torch = require("torch", "rerank")
         tokenizer, model = self.load()
         pairs = [rankllama_texts(q, d) for q, d in zip(queries, documents)]
         encoded = tokenizer(

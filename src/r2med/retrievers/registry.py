@@ -70,7 +70,7 @@ def _api_encoder(spec):
 
 def _dense(name: str, options: RetrieverOptions) -> Retriever:
     from r2med.retrievers.dense.cache import EmbeddingCache
-    from r2med.retrievers.dense.encoders import make_encoder
+    from r2med.retrievers.dense.factory import make_encoder
     from r2med.retrievers.dense.retriever import DenseRetriever
     from r2med.retrievers.dense.zoo import model_names, resolve_model
 

@@ -69,7 +69,7 @@ class Retrieve:
     def config(self, dataset: Dataset) -> dict[str, Any]:
         config: dict[str, Any] = {"retriever": self._describe(dataset), "top_k": self.top_k}
         if self.expansion is not None:
-            from r2med.datasets.readers import file_sha256
+            from r2med.io.readers import file_sha256
 
             path = self._expansion_file(dataset)
             config["expansion"] = {

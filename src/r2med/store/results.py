@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import IO
 
 from r2med.errors import UsageError
-from r2med.store.atomic import write_atomic, write_text_atomic
+from r2med.io.atomic import write_atomic, write_text_atomic
 from r2med.store.runs import write_trec_run
 from r2med.types import Run, Scores
 

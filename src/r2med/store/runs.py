@@ -9,10 +9,10 @@ import math
 from pathlib import Path
 from typing import IO
 
-from r2med.datasets.problems import Problems
-from r2med.datasets.readers import HashingLines, coerce_id, iter_jsonl
 from r2med.errors import InvalidInputError, MissingResourceError, UsageError
-from r2med.store.atomic import write_atomic
+from r2med.io.atomic import write_atomic
+from r2med.io.problems import Problems
+from r2med.io.readers import HashingLines, coerce_id, iter_jsonl
 from r2med.types import Run
 
 

@@ -21,8 +21,10 @@ sentence_transformers = pytest.importorskip("sentence_transformers")
 
 from conftest import DATA
 from r2med.errors import MissingExtraError, MissingResourceError, UsageError
+from r2med.hf import require
 from r2med.retrievers.dense.base import Encoder
-from r2med.retrievers.dense.encoders import length_sorted_order, make_encoder, require
+from r2med.retrievers.dense.encoders import length_sorted_order
+from r2med.retrievers.dense.factory import make_encoder
 from r2med.retrievers.dense.zoo import ModelSpec, get_model, resolve_model
 
 TINY_BERT = DATA / "dense" / "tiny-bert"

@@ -208,7 +208,7 @@ def _fake_hub_cache(root, repo: str, files: dict[str, str], commit: str = "01234
 def test_cached_hub_ids_resolve_offline_and_pin_their_commit(tmp_path, monkeypatch):
     from huggingface_hub import constants
 
-    from r2med.retrievers.dense.encoders import model_fingerprint
+    from r2med.hf import model_fingerprint
 
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
     commit = _fake_hub_cache(tmp_path, "r2med-tests/st-model", {"modules.json": "[]", "config.json": "{}"})

@@ -16,7 +16,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from r2med.errors import InvalidInputError, MissingResourceError
-from r2med.store.atomic import write_atomic
+from r2med.io.atomic import write_atomic
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "load_index", "save_index"]
 

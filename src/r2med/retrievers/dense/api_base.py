@@ -25,7 +25,7 @@ from r2med.errors import (
     ProviderError,
     UsageError,
 )
-from r2med.retrievers.dense.api_client import (
+from r2med.http import (
     Counters,
     JsonPoster,
     RetryPolicy,

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from r2med.io.atomic import write_atomic, write_text_atomic
 from r2med.retrievers.dense.base import Encoder, Kind
-from r2med.store.atomic import write_atomic, write_text_atomic
 
 logger = logging.getLogger(__name__)
 

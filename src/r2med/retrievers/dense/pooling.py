@@ -16,17 +16,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from r2med.errors import MissingExtraError, UsageError
+from r2med.errors import UsageError
+from r2med.hf import require
 
 Tensor = Any  # torch.Tensor, kept out of the import graph
-
-
-def _torch():
-    try:
-        import torch
-    except ImportError as exc:  # pragma: no cover - exercised only without the extra
-        raise MissingExtraError("torch", "dense", "dense retrieval") from exc
-    return torch
 
 
 def cls(hidden: Tensor, mask: Tensor) -> Tensor:
@@ -55,7 +48,7 @@ def mean(hidden: Tensor, mask: Tensor) -> Tensor:
 
 
 def _last_index(hidden: Tensor, mask: Tensor) -> Tensor:
-    torch = _torch()
+    torch = require("torch")
     # The authors' test: the batch is left-padded when every row's last position is a real token.
     if bool(mask[:, -1].sum() == mask.shape[0]):
         return hidden[:, -1]
@@ -105,7 +98,7 @@ def l2_normalize(vectors: Tensor) -> Tensor:
     >>> l2_normalize(torch.tensor([[3.0, 4.0], [0.0, 0.0]])).tolist()
     [[0.6000000238418579, 0.800000011920929], [0.0, 0.0]]
     """
-    return _torch().nn.functional.normalize(vectors, p=2, dim=-1)
+    return require("torch").nn.functional.normalize(vectors, p=2, dim=-1)
 
 
 def exclude_prefix(mask: Tensor, n: int) -> Tensor:
@@ -118,7 +111,7 @@ def exclude_prefix(mask: Tensor, n: int) -> Tensor:
     >>> exclude_prefix(torch.tensor([[1, 1, 1, 0], [0, 1, 1, 1]]), 2).tolist()
     [[0, 0, 1, 0], [0, 0, 0, 1]]
     """
-    torch = _torch()
+    torch = require("torch")
     out = mask.clone()
     if n <= 0:
         return out

@@ -15,14 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from r2med.hf import dtype_kwargs, hub_kwargs, load_error, require
 from r2med.retrievers.dense.base import Kind
-from r2med.retrievers.dense.encoders import (
-    BaseEncoder,
-    dtype_kwargs,
-    hub_kwargs,
-    load_error,
-    require,
-)
+from r2med.retrievers.dense.encoders import BaseEncoder
 
 logger = logging.getLogger(__name__)
 

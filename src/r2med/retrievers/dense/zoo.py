@@ -35,13 +35,13 @@ from types import MappingProxyType
 from typing import Any
 
 from r2med.errors import MissingResourceError, UsageError
+from r2med.hf import DTYPES
 from r2med.registry import Registry
 
 logger = logging.getLogger(__name__)
 
 BACKENDS = ("sentence-transformers", "transformers", "instructor", "gritlm", "nv-embed", "api")
 POOLINGS = ("cls", "mean", "last", "last-bmr")
-DTYPES = ("float32", "float16", "bfloat16")
 EOS_MODES = ("none", "append", "ensure")
 KINDS = ("query", "document")
 

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from r2med.datasets.problems import Problems
 from r2med.errors import MissingResourceError
+from r2med.io.problems import Problems
 
 
 def coerce_id(value: Any, *, field: str, path: str, line: int, problems: Problems) -> str | None:

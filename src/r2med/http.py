@@ -1,5 +1,7 @@
-"""HTTP for embedding APIs: a JSON POST with retries, backoff, ``Retry-After``, and keys kept secret.
+"""The shared HTTP service: a JSON POST with retries, backoff, ``Retry-After``, and keys kept secret.
 
+Used by the embedding API encoders (``retrievers.dense.api_base``) and, for its generic helpers
+(``Secret``, ``safe_url``, ``backoff_delay``, ...), by the chat client (``llm.client``).
 Standard library only (``urllib``), so the API encoders need no extra package. What is retried:
 HTTP 408, 409, 429 and 5xx, timeouts and dropped connections, each after an exponential backoff
 with jitter, or after exactly the wait the server asks for (``retry-after-ms`` or ``Retry-After``,

@@ -1,0 +1,7 @@
+"""The low input/output layer that ``datasets``, ``store`` and the rest share.
+
+``readers``: streaming readers for JSONL rows and qrels files (BEIR TSV, TREC, R2MED JSONL) that hash
+what they read; ``problems``: the collector of what is wrong with an input file, by file and line;
+``atomic``: writes that readers never see half done. These modules import nothing from ``r2med``
+but its lowest modules (``errors``, ``types``, ``settings``, ``registry``); this file imports nothing.
+"""

@@ -1,0 +1,48 @@
+"""The factory of local dense encoders: ``make_encoder(spec)`` builds the ``Encoder`` for a ``ModelSpec``.
+
+``sentence-transformers``/``instructor`` -> ``SentenceTransformerEncoder`` (``st_encoders.py``),
+``transformers``/``gritlm`` -> ``TransformersEncoder`` and ``nv-embed`` -> ``NVEmbedEncoder``
+(``hf_encoders.py``); all share ``encoders.BaseEncoder``. The encoder modules are imported only
+when their backend is asked for.
+"""
+
+from __future__ import annotations
+
+from r2med.errors import UsageError
+from r2med.retrievers.dense.base import Encoder
+from r2med.retrievers.dense.zoo import ModelSpec, resolve_model
+
+
+def make_encoder(
+    spec: ModelSpec | str,
+    *,
+    device: str | None = None,
+    batch_size: int | None = None,
+    dtype: str | None = None,
+    trust_remote_code: bool | None = None,
+) -> Encoder:
+    """The local ``Encoder`` for ``spec`` (a ``ModelSpec``, zoo name, directory or hub id).
+
+    ``device``: ``auto`` (default), ``cpu``, ``cuda``, ``cuda:N`` or ``mps``. ``dtype`` overrides
+    the spec's (half precision applies on CUDA only). Remote code runs only when the spec or
+    ``trust_remote_code=True`` asks for it.
+    """
+    if isinstance(spec, str):
+        spec = resolve_model(spec)
+    options = {"device": device, "batch_size": batch_size, "dtype": dtype, "trust_remote_code": trust_remote_code}
+    if spec.backend in ("sentence-transformers", "instructor"):
+        from r2med.retrievers.dense.st_encoders import SentenceTransformerEncoder
+
+        return SentenceTransformerEncoder(spec, **options)
+    if spec.backend in ("transformers", "gritlm"):
+        from r2med.retrievers.dense.hf_encoders import TransformersEncoder
+
+        return TransformersEncoder(spec, **options)
+    if spec.backend == "nv-embed":
+        from r2med.retrievers.dense.hf_encoders import NVEmbedEncoder
+
+        return NVEmbedEncoder(spec, **options)
+    raise UsageError(
+        f"model '{spec.name}' is served by an embedding API ({spec.model}); build it with the API embedders "
+        "(r2med.retrievers.dense.api), not make_encoder"
+    )
