@@ -159,7 +159,7 @@ def run_gar(
     (``query2doc-spaced``) is stored under its own name in place of the method.
     """
     from r2med.datasets.readers import file_sha256
-    from r2med.expansion.apply import prepare_queries, retrieve_expanded
+    from r2med.expansion.apply import prepare_queries
     from r2med.expansion.published import find_expansions, read_expansions
 
     prepared_of: dict[str, PreparedQueries] = {}
@@ -180,7 +180,7 @@ def run_gar(
         prepared_of[dataset.name] = prepared
         if on_prepared is not None:
             on_prepared(dataset, prepared)
-        return retrieve_expanded(retriever, dataset, prepared, top_k=top_k, composition=composition)
+        return retriever.retrieve_expanded(dataset, prepared, top_k=top_k, composition=composition)
 
     def details_of(dataset: Dataset) -> dict:
         prepared = prepared_of.get(dataset.name)
