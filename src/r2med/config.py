@@ -37,36 +37,13 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from r2med.errors import InvalidInputError, MissingResourceError
+from r2med.retrievers.registry import RetrieverSpec
 
-if TYPE_CHECKING:
-    from r2med.retrievers.registry import RetrieverOptions
-
-_RETRIEVER_KEYS = {"name", "bm25_variant", "k1", "b", "device", "batch_size", "query_instruction", "doc_instruction",
-                   "identical_ids"}
+_RETRIEVER_KEYS = {f.name for f in fields(RetrieverSpec)}
 _FUSION_KEYS = {"method", "k", "weights", "norm", "alpha"}
-
-
-@dataclass(frozen=True)
-class RetrieverSpec:
-    name: str
-    bm25_variant: str = "r2med"
-    k1: float = 0.9
-    b: float = 0.4
-    device: str | None = None
-    batch_size: int | None = None
-    query_instruction: str | None = None
-    doc_instruction: str | None = None
-    identical_ids: str | None = None  # "drop" | "keep" | None (the family's default)
-
-    def options(self, *, cache_dir: Path | None, progress: bool) -> RetrieverOptions:
-        """The ``RetrieverOptions`` this stage builds its retriever with (every field they share)."""
-        from r2med.retrievers.registry import RetrieverOptions
-
-        shared = {f.name for f in fields(RetrieverOptions)} - {"cache_dir", "progress"}
-        return RetrieverOptions(cache_dir=cache_dir, progress=progress, **{name: getattr(self, name) for name in shared})
 
 
 @dataclass(frozen=True)

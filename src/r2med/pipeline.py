@@ -244,9 +244,7 @@ def run_pipeline(
     stages: dict[str, list[DatasetResult]] = {}
     inputs: list[tuple[SystemPath, bool]] = []
     for rspec in spec.retrievers:
-        retriever = make_retriever(rspec.name, rspec.options(cache_dir=settings.home, progress=progress))
-        if rspec.identical_ids is not None:
-            retriever.ignore_identical_ids = rspec.identical_ids == "drop"
+        retriever = make_retriever(rspec, cache_dir=settings.home, progress=progress)
         if spec.expansion:
             method, llm = parse_expansion_spec(spec.expansion)
             where = SystemPath.gar(method, llm, retriever.name)

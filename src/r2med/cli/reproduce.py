@@ -16,7 +16,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     from r2med.pipeline import run_gar, run_retriever
     from r2med.reporting.tables import markdown_table
     from r2med.reproduce import compare, load_reference, plan_for, published_reference
-    from r2med.retrievers.registry import RetrieverOptions, make_retriever
+    from r2med.retrievers.registry import RetrieverSpec, make_retriever
     from r2med.settings import get_settings
 
     plan = plan_for(args.system)
@@ -24,8 +24,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     paper = (load_reference(args.reference, system, args.metric) if args.reference
              else published_reference(system, args.metric))
     settings = get_settings()
-    retriever = make_retriever(plan.retriever, RetrieverOptions(cache_dir=settings.home, progress=not (args.quiet or args.json),
-                                                                device=args.device, batch_size=args.batch_size))
+    retriever = make_retriever(RetrieverSpec(plan.retriever, device=args.device, batch_size=args.batch_size),
+                               cache_dir=settings.home, progress=not (args.quiet or args.json))
     targets = locate(args.tasks, data_dir=args.data_dir, settings=settings)
     loaders = [lambda name=name, path=path: load_dataset(name, path=path, settings=settings) for name, path in targets]
     if plan.expansion is not None:

@@ -14,7 +14,8 @@ from r2med.errors import UsageError
 
 def _pipeline_spec(args: argparse.Namespace):
     """The pipeline of ``--config FILE`` or of repeated ``--retriever`` flags with ``--fuse``."""
-    from r2med.config import FusionSpec, PipelineSpec, RetrieverSpec, load_spec
+    from r2med.config import FusionSpec, PipelineSpec, load_spec
+    from r2med.retrievers.registry import RetrieverSpec
 
     if args.config is not None:
         given = [flag for flag, value in (("--retriever", args.retriever), ("--expansion", args.expansion),
@@ -88,7 +89,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from r2med.datasets import load_dataset, locate
     from r2med.pipeline import run_retriever, summarise
     from r2med.reporting.tables import markdown_table
-    from r2med.retrievers.registry import RetrieverOptions, make_retriever
+    from r2med.retrievers.registry import RetrieverSpec, make_retriever
     from r2med.settings import get_settings
 
     if args.top_k < 1:
@@ -99,15 +100,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         return cmd_run_pipeline(args)
     args.retriever = (args.retriever or ["bm25"])[0]
     settings = get_settings()
-    options = RetrieverOptions(
-        cache_dir=None if args.no_cache else settings.home,
-        progress=not (args.quiet or args.json),
+    spec = RetrieverSpec(
+        name=args.retriever,
         bm25_variant=args.bm25_variant, k1=args.k1, b=args.b, device=args.device, batch_size=args.batch_size,
-        query_instruction=args.query_instruction, doc_instruction=args.doc_instruction,
+        query_instruction=args.query_instruction, doc_instruction=args.doc_instruction, identical_ids=args.identical_ids,
     )
-    retriever = make_retriever(args.retriever, options)
-    if args.identical_ids is not None:  # default: as the official numbers of the family (dense drop, BM25 keep)
-        retriever.ignore_identical_ids = args.identical_ids == "drop"
+    retriever = make_retriever(spec, cache_dir=None if args.no_cache else settings.home,
+                               progress=not (args.quiet or args.json))
     targets = locate(args.tasks, data_dir=args.data_dir, settings=settings)
     loaders = [lambda name=name, path=path: load_dataset(name, path=path, settings=settings) for name, path in targets]
 
