@@ -9,7 +9,7 @@ import pytest
 from conftest import DATA
 from r2med.errors import UsageError
 from r2med.expansion.compose import BM25_COMPOSITIONS, bm25_query, bm25_query_for, dense_inputs
-from r2med.expansion.reasoning import choose_answer, split_reasoning, style_for_llm
+from r2med.llm.reasoning import choose_answer, split_reasoning, style_for_llm
 
 # The authors' own HyDE expansions by qwen-7b (Biology), copied from ../shared/samples/Biology-demo/hyde/qwen-7b.
 DEMO = DATA / "expansion" / "biology_demo_hyde_qwen-7b.jsonl"

@@ -15,8 +15,9 @@ from urllib.parse import urlsplit
 from r2med.cli.args import csv_list as _csv
 from r2med.cli.args import positive_int as _positive
 from r2med.errors import MissingResourceError, UsageError
+from r2med.expansion.methods import gar_method, method_names
 from r2med.expansion.prompts import METHODS
-from r2med.expansion.reasoning import POLICIES, STYLES
+from r2med.llm.reasoning import POLICIES, STYLES
 
 
 def sampling_kind(base_url: str) -> str:
@@ -124,10 +125,10 @@ def cmd_expand(args: argparse.Namespace) -> int:
     base_url = args.base_url or settings.openai_base_url
     if not base_url:
         raise UsageError("--base-url is required (or set $OPENAI_BASE_URL), e.g. --base-url http://localhost:8000/v1")
-    if args.method == "lamer" and args.first_stage is None:
-        raise UsageError("--method lamer needs --first-stage (a results directory or run of the first-stage retriever)")
-    if args.method != "lamer" and args.first_stage is not None:
-        raise UsageError(f"--first-stage is only for --method lamer, not {args.method}")
+    if gar_method(args.method).first_stage and args.first_stage is None:
+        raise UsageError(f"--method {args.method} needs --first-stage (a results directory or run of the first-stage retriever)")
+    if not gar_method(args.method).first_stage and args.first_stage is not None:
+        raise UsageError(f"--first-stage is only for --method {' / '.join(method_names(first_stage=True))}, not {args.method}")
     api_key = None
     if args.api_key_env:
         api_key = get_secret(args.api_key_env)

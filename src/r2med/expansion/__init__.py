@@ -1,20 +1,21 @@
-"""Generation-augmented retrieval (HyDE, Query2doc, LameR): prompts, reasoning-output parsing, query composition.
+"""Generation-augmented retrieval (HyDE, Query2doc, LameR): the method table, prompts, query composition.
 
-Only small pure functions are imported here; the LLM client and generation live in their own modules.
+Only small pure functions are imported here; the LLM client and generation live in their own modules, the
+parsers of reasoning models' outputs in :mod:`r2med.llm.reasoning`.
 
->>> from r2med.expansion import bm25_query, split_reasoning
->>> bm25_query("hyde", "q", split_reasoning("<think>t</think> doc").answer)
-'doc'
+>>> from r2med.expansion import bm25_query, gar_method
+>>> bm25_query("hyde", "q", "doc"), gar_method("LameR").first_stage
+('doc', True)
 """
 
 from r2med.expansion.compose import (
     BM25_COMPOSITIONS,
     COMPOSE_METHODS,
-    Bm25Composition,
     bm25_query,
     bm25_query_for,
     dense_inputs,
 )
+from r2med.expansion.methods import GAR_METHODS, Bm25Composition, GarMethod, gar_method, gar_methods, method_names
 from r2med.expansion.prompts import (
     DEFAULT_SAMPLING,
     DEFAULT_SYSTEM_PROMPT,
@@ -29,21 +30,10 @@ from r2med.expansion.prompts import (
     sampling_params,
     system_prompt_for,
 )
-from r2med.expansion.reasoning import (
-    POLICIES,
-    STYLES,
-    ParsedOutput,
-    authors_answer,
-    choose_answer,
-    detect_style,
-    split_reasoning,
-    style_for_llm,
-)
 
 __all__ = [
-    "BM25_COMPOSITIONS", "COMPOSE_METHODS", "DEFAULT_SAMPLING", "DEFAULT_SYSTEM_PROMPT", "METHODS", "POLICIES",
-    "SKY_T1_SYSTEM_PROMPT", "STYLES", "Bm25Composition", "ParsedOutput", "authors_answer", "bm25_query",
-    "bm25_query_for", "build_prompt", "chat_messages", "choose_answer", "dense_inputs", "detect_style",
-    "format_passages", "prompt_datasets", "prompt_sha256", "prompt_template", "sampling_params", "split_reasoning",
-    "style_for_llm", "system_prompt_for",
+    "BM25_COMPOSITIONS", "COMPOSE_METHODS", "DEFAULT_SAMPLING", "DEFAULT_SYSTEM_PROMPT", "GAR_METHODS", "METHODS",
+    "SKY_T1_SYSTEM_PROMPT", "Bm25Composition", "GarMethod", "bm25_query", "bm25_query_for", "build_prompt",
+    "chat_messages", "dense_inputs", "format_passages", "gar_method", "gar_methods", "method_names",
+    "prompt_datasets", "prompt_sha256", "prompt_template", "sampling_params", "system_prompt_for",
 ]

@@ -1,27 +1,26 @@
-"""Turn a dataset's expansions into the queries a retriever searches with, and run it.
+"""Turn a dataset's expansions into the queries a retriever searches with.
 
 :func:`prepare_queries` decides, per query, the query text and the expansion text, exactly as the official
 evaluation did: the query text is the one stored in the expansion file (the authors' code read it from
-there), and a reasoning model's output is cut to its answer (:mod:`r2med.expansion.reasoning`). What
+there), and a reasoning model's output is cut to its answer (:mod:`r2med.llm.reasoning`). What
 happens to an output with no usable answer (a trace cut off before it, an empty answer, an empty expansion)
 is the answer ``policy``: "fallback" (default: the plain query, counted), "authors" (the official
 behaviour: the whole text) or "error". Nothing empty is ever used as a query silently.
 
-:func:`retrieve_expanded` composes them for the retriever's family (:mod:`r2med.expansion.compose`): a text
-query for BM25, the query/expansion embeddings for a dense model.
+:func:`bm25_queries` composes them into BM25's text queries (:mod:`r2med.expansion.compose`); each retriever's
+``retrieve_expanded`` searches with them (BM25: those text queries; dense: the query/expansion embeddings).
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from r2med.datasets.model import Dataset
 from r2med.errors import InvalidInputError, ProviderError, UsageError
-from r2med.expansion.compose import BM25_COMPOSITIONS, bm25_query_for, dense_inputs
+from r2med.expansion.compose import BM25_COMPOSITIONS, bm25_query_for
 from r2med.expansion.published import Expansions
-from r2med.expansion.reasoning import POLICIES, choose_answer, split_reasoning, style_for_llm
-from r2med.types import Run
+from r2med.llm.reasoning import POLICIES, choose_answer, split_reasoning, style_for_llm
 
 logger = logging.getLogger(__name__)
 
@@ -135,19 +134,3 @@ def bm25_queries(prepared: PreparedQueries, *, composition: str | None = None) -
         for qid, text in prepared.queries.items()
     }
 
-
-def retrieve_expanded(retriever, dataset: Dataset, prepared: PreparedQueries, *, top_k: int = 100, composition: str | None = None) -> Run:
-    """Search ``dataset`` with its expanded queries: composed text for BM25, averaged embeddings for dense."""
-    from r2med.retrievers.bm25.retriever import BM25Retriever
-
-    if isinstance(retriever, BM25Retriever):
-        return retriever.retrieve(replace(dataset, queries=bm25_queries(prepared, composition=composition)), top_k=top_k)
-    if composition not in (None, prepared.method):
-        raise UsageError(f"--bm25-composition {composition!r} applies to BM25 only, not to {retriever.name}")
-    search = getattr(retriever, "retrieve_expanded", None)
-    if search is None:
-        raise UsageError(f"retriever {retriever.name!r} cannot search with expansions")
-    # one joined text (query2doc) or the mean of two embeddings (everything else, reasoning answers included)
-    joined = len(dense_inputs(prepared.method, "", "", reasoning=prepared.reasoning)) == 1
-    method = "query2doc" if joined else ("mean" if prepared.method == "query2doc" else prepared.method)
-    return search(replace(dataset, queries=prepared.queries), prepared.expansions, method=method, top_k=top_k)

@@ -15,6 +15,8 @@ Dense (``src/eval_bench.py``): query2doc is one text ``query + "[SEP]" + expansi
 method, and query2doc from a reasoning model, is the pair ``(query, expansion)`` whose two embeddings the retriever
 averages. The retriever adds its query instruction to the query (never to the expansion); nothing here adds one.
 
+The rules themselves are the rows of :data:`r2med.expansion.methods.GAR_METHODS`.
+
 >>> bm25_query("query2doc", "Why?", "Because.")
 'Why?Why? Because.'
 >>> dense_inputs("hyde", "Why?", "Because.")
@@ -24,43 +26,16 @@ averages. The retriever adds its query instruction to the query (never to the ex
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from types import MappingProxyType
 
+from r2med.expansion.methods import GAR_METHODS, Bm25Composition, bm25_compositions, gar_method
 from r2med.registry import Registry
 
-#: Methods with a composition rule: the three GAR methods, then the agentic ones whose published expansions
-#: are reasoning models' answers (composed as the answer alone for BM25, the (query, answer) pair for dense).
-COMPOSE_METHODS = ("hyde", "query2doc", "lamer", "search-r1", "search-o1")
-_AGENTIC = ("search-r1", "search-o1")
-
-
-@dataclass(frozen=True)
-class Bm25Composition:
-    """A named BM25 query composition: the GAR ``method`` and whether query2doc glues its two query copies."""
-
-    name: str
-    method: str
-    glued: bool
-    description: str
-
+#: Methods with a composition rule: every row of the GAR method table (``r2med.expansion.methods``).
+COMPOSE_METHODS = tuple(GAR_METHODS)
 
 #: The named BM25 compositions. "query2doc" is the official (glued) one behind the published numbers;
 #: "query2doc-spaced" is the corrected one with a space between the two copies of the query.
-BM25_COMPOSITIONS: Mapping[str, Bm25Composition] = MappingProxyType({
-    "hyde": Bm25Composition("hyde", "hyde", True, "the expansion alone"),
-    "query2doc": Bm25Composition("query2doc", "query2doc", True,
-                                 'query + query + " " + expansion (official: copies glued without a space)'),
-    "query2doc-spaced": Bm25Composition("query2doc-spaced", "query2doc", False,
-                                        'query + " " + query + " " + expansion (corrected)'),
-    "lamer": Bm25Composition("lamer", "lamer", True, 'query + " " + expansion'),
-    "search-r1": Bm25Composition("search-r1", "search-r1", True, "the answer alone"),
-    "search-o1": Bm25Composition("search-o1", "search-o1", True, "the answer alone"),
-})
-
-
-def _method(method: str) -> str:
-    return Registry("GAR method", {m: m for m in COMPOSE_METHODS}).canonical(method)
+BM25_COMPOSITIONS: Mapping[str, Bm25Composition] = bm25_compositions()
 
 
 def bm25_query(method: str, query: str, expansion: str, *, reasoning: bool = False, glued: bool = True) -> str:
@@ -74,12 +49,7 @@ def bm25_query(method: str, query: str, expansion: str, *, reasoning: bool = Fal
     >>> bm25_query("lamer", "Why?", "Because."), bm25_query("lamer", "Why?", "Because.", reasoning=True)
     ('Why? Because.', 'Because.')
     """
-    name = _method(method)
-    if reasoning or name in _AGENTIC or name == "hyde":
-        return expansion
-    if name == "query2doc":
-        return (query * 2 if glued else query + " " + query) + " " + expansion
-    return query + " " + expansion
+    return gar_method(method).bm25(query, expansion, reasoning, glued)
 
 
 def bm25_query_for(composition: str, query: str, expansion: str, *, reasoning: bool = False) -> str:
@@ -104,7 +74,4 @@ def dense_inputs(method: str, query: str, expansion: str, *, reasoning: bool = F
     >>> dense_inputs("query2doc", "Why?", "Because.", reasoning=True)
     ('Why?', 'Because.')
     """
-    name = _method(method)
-    if name == "query2doc" and not reasoning:
-        return (query + "[SEP]" + expansion,)
-    return (query, expansion)
+    return gar_method(method).dense(query, expansion, reasoning)

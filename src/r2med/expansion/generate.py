@@ -25,9 +25,11 @@ from typing import IO, Any
 from r2med import __version__
 from r2med.datasets.model import Dataset
 from r2med.errors import InvalidInputError, ProviderError, UsageError
-from r2med.expansion import prompts, reasoning
+from r2med.expansion import prompts
+from r2med.expansion.methods import gar_method, method_names
 from r2med.http import safe_url
 from r2med.io.atomic import write_atomic, write_text_atomic
+from r2med.llm import reasoning
 from r2med.llm.cache import ResponseCache
 from r2med.llm.client import Budget, BudgetExceeded, ChatClient, ChatJob, ChatResult, SamplingParams, Usage, request_key
 from r2med.settings import Settings
@@ -207,11 +209,12 @@ def generate_expansions(
         raise UsageError(f"unknown answer policy {config.policy!r}; valid: {', '.join(reasoning.POLICIES)}")
     if config.style != "auto" and config.style not in reasoning.STYLES:
         raise UsageError(f"unknown reasoning style {config.style!r}; valid: auto, {', '.join(reasoning.STYLES)}")
-    if method == "lamer" and first_stage is None:
-        raise UsageError("lamer needs a first-stage run (its top 10 documents fill the prompt); "
+    if gar_method(method).first_stage and first_stage is None:
+        raise UsageError(f"{method} needs a first-stage run (its top {LAMER_TOP_K} documents fill the prompt); "
                          "pass first_stage= (CLI: --first-stage RESULTS_DIR_OR_RUN, e.g. a BM25 run of r2med run)")
-    if method != "lamer" and first_stage is not None:
-        raise UsageError(f"{method} does not use a first-stage run; only lamer does")
+    if not gar_method(method).first_stage and first_stage is not None:
+        only = " / ".join(method_names(generated=True, first_stage=True))
+        raise UsageError(f"{method} does not use a first-stage run; only {only} does")
     prompt_dataset = config.prompt_dataset or dataset.name
     prompt_sha = prompts.prompt_sha256(method, prompt_dataset)
     passages = _passages(dataset, first_stage) if first_stage is not None else {}

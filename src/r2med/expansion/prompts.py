@@ -22,9 +22,11 @@ from importlib import resources
 from types import MappingProxyType
 
 from r2med.errors import UsageError
+from r2med.expansion.methods import GAR_METHODS, GarMethod, method_names
 from r2med.registry import Registry
 
-METHODS = ("hyde", "query2doc", "lamer")
+#: The methods r2med has prompts for (those of the GAR method table with a prompt key).
+METHODS = method_names(generated=True)
 
 DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant."
 
@@ -69,8 +71,8 @@ def _prompts() -> dict[str, dict[str, str]]:
     return raw["prompts"]
 
 
-def _method_registry() -> Registry[str]:
-    return Registry("GAR method", {m: m for m in METHODS})
+def _method_registry() -> Registry[GarMethod]:
+    return Registry("GAR method", {name: GAR_METHODS[name] for name in METHODS})
 
 
 def prompt_datasets(method: str) -> list[str]:
@@ -79,7 +81,7 @@ def prompt_datasets(method: str) -> list[str]:
     >>> len(prompt_datasets("lamer"))
     8
     """
-    return list(_prompts()[_method_registry().canonical(method)])
+    return list(_prompts()[str(_method_registry().get(method).prompt)])
 
 
 def prompt_template(method: str, dataset: str) -> str:
@@ -90,11 +92,11 @@ def prompt_template(method: str, dataset: str) -> str:
     """
     from r2med.datasets.catalog import get_spec
 
-    name = _method_registry().canonical(method)
+    gar = _method_registry().get(method)
     spec = get_spec(dataset)
-    templates = _prompts()[name]
+    templates = _prompts()[str(gar.prompt)]
     if spec.name not in templates:
-        raise UsageError(f"no {name} prompt for dataset {spec.name!r}; prompts exist for: {', '.join(templates)}")
+        raise UsageError(f"no {gar.name} prompt for dataset {spec.name!r}; prompts exist for: {', '.join(templates)}")
     return templates[spec.name]
 
 
@@ -128,7 +130,7 @@ def format_passages(passages: Sequence[str], *, max_words: int = 512, max_passag
 
 
 def build_prompt(method: str, dataset: str, query: str, passages: Sequence[str] | None = None) -> str:
-    """The filled prompt: ``{TEXT}`` = ``query``; for lamer ``{PASSAGE}`` = ``format_passages(passages)``.
+    """The filled prompt: ``{TEXT}`` = ``query``; for a first-stage method (lamer) ``{PASSAGE}`` = ``format_passages(passages)``.
 
     lamer requires ``passages`` (the first-stage ranking's texts, best first); hyde and query2doc reject them.
 
@@ -136,16 +138,17 @@ def build_prompt(method: str, dataset: str, query: str, passages: Sequence[str] 
     True
     """
     template = prompt_template(method, dataset)
-    name = _method_registry().canonical(method)
-    if name == "lamer":
+    gar = _method_registry().get(method)
+    if gar.first_stage:
         if passages is None:
-            raise UsageError("lamer needs the first-stage passages of each query (passages=[...], best first); "
+            raise UsageError(f"{gar.name} needs the first-stage passages of each query (passages=[...], best first); "
                              "run a first-stage retriever (the authors used BM25) and pass its top-10 texts")
         if isinstance(passages, str):
             raise UsageError("passages must be a list of passage texts, not one string")
         return template.format(TEXT=query, PASSAGE=format_passages(passages))
     if passages is not None:
-        raise UsageError(f"{name} does not use first-stage passages; only lamer does (drop passages=...)")
+        only = " / ".join(method_names(generated=True, first_stage=True))
+        raise UsageError(f"{gar.name} does not use first-stage passages; only {only} does (drop passages=...)")
     return template.format(TEXT=query)
 
 
@@ -157,7 +160,7 @@ def system_prompt_for(llm: str) -> str:
     >>> system_prompt_for("NovaSky-AI/Sky-T1-32B-Preview").startswith("Your role as an assistant")
     True
     """
-    from r2med.expansion.reasoning import style_for_llm
+    from r2med.llm.reasoning import style_for_llm
 
     return SKY_T1_SYSTEM_PROMPT if style_for_llm(llm) == "sky-t1" else DEFAULT_SYSTEM_PROMPT
 

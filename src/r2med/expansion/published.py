@@ -23,6 +23,7 @@ from pathlib import Path
 from r2med.datasets.catalog import catalog
 from r2med.datasets.model import Dataset
 from r2med.errors import InvalidInputError, MissingResourceError, UsageError
+from r2med.expansion.methods import method_names
 from r2med.io.problems import Problems
 from r2med.io.readers import HashingLines, coerce_id, iter_jsonl
 from r2med.settings import Settings, get_settings
@@ -31,7 +32,7 @@ logger = logging.getLogger(__name__)
 
 EXPANSION_FILE = "query_with_hydoc.jsonl"
 #: the methods the authors published expansions for (configs of the hub datasets)
-PUBLISHED_METHODS = ("hyde", "query2doc", "lamer", "search-r1", "search-o1")
+PUBLISHED_METHODS = method_names(published=True)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 
 

@@ -1,23 +1,49 @@
-"""LLM access: an OpenAI-compatible chat client (``client``) and its resumable response cache (``cache``).
+"""LLM access: an OpenAI-compatible chat client (``client``), its resumable response cache (``cache``) and the
+parsers of reasoning models' outputs (``reasoning``).
 
-Importing this package imports neither ``openai`` nor ``httpx``; the client loads them when it
-first sends a request.
+Importing this package imports nothing but itself: the names below load their module on first use, so that
+``r2med.llm.reasoning`` (pure string parsing) does not pull in the client; the client loads ``openai`` and
+``httpx`` only when it first sends a request.
 """
 
-from r2med.llm.cache import ResponseCache
-from r2med.llm.client import (
-    Budget,
-    BudgetExceeded,
-    ChatClient,
-    ChatJob,
-    ChatResult,
-    SamplingParams,
-    Usage,
-    canonical_request,
-    request_key,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from r2med.llm.cache import ResponseCache
+    from r2med.llm.client import (
+        Budget,
+        BudgetExceeded,
+        ChatClient,
+        ChatJob,
+        ChatResult,
+        SamplingParams,
+        Usage,
+        canonical_request,
+        request_key,
+    )
+
+_HOME = {
+    "ResponseCache": "r2med.llm.cache",
+    **{name: "r2med.llm.client" for name in ("Budget", "BudgetExceeded", "ChatClient", "ChatJob", "ChatResult",
+                                             "SamplingParams", "Usage", "canonical_request", "request_key")},
+}
 
 __all__ = [
     "Budget", "BudgetExceeded", "ChatClient", "ChatJob", "ChatResult", "ResponseCache", "SamplingParams", "Usage",
     "canonical_request", "request_key",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOME:
+        value = getattr(importlib.import_module(_HOME[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from r2med.errors import ProviderError, UsageError
-from r2med.expansion.reasoning import STYLES, split_reasoning
 from r2med.llm.cache import ResponseCache
 from r2med.llm.client import ChatClient, ChatJob, ChatResult, SamplingParams, request_key
+from r2med.llm.reasoning import STYLES, split_reasoning
 from r2med.rerankers.base import assemble, check_texts, check_top_k, split_head
 from r2med.rerankers.permutation import PermutationReport, read_permutation
 from r2med.rerankers.prompts import rankgpt_messages
@@ -76,7 +76,7 @@ class ListwiseReranker:
 
     ``params``: sampling (temperature 0 as RankGPT); ``max_words`` per passage; ``with_scores`` shows
     first-stage scores in the prompt (InsertRank); ``style``: the reasoning-output style (see
-    ``r2med.expansion.reasoning``; ``auto`` detects it); ``on_error``: ``raise`` (after every other
+    ``r2med.llm.reasoning``; ``auto`` detects it); ``on_error``: ``raise`` (after every other
     query has finished, so the cache keeps their windows) or ``keep`` (a failed window keeps its order).
     """
 

@@ -9,6 +9,9 @@ rankllama (llama)       castorini/rankllama-v1-7b-lora-passage on Llama-2-7b-hf 
 listwise (rankgpt)      --llm-model on --base-url, RankGPT sliding window          (300 words) listwise-<llm>
 ======================  =========================================================  ==========  ============
 
+Each kind of reranker (cross-encoder, rankllama, listwise) has a builder in :data:`BUILDERS`; a name resolves to a
+:class:`RerankerSpec` (``resolve_reranker``) whose ``kind`` picks the builder.
+
 Max lengths are the ones the R2MED authors ran (``src/eval_reranker.py``: 1024 for RankLLaMA, 512
 otherwise; BAAI's card allows 8192 and recommends 1024 for bge-reranker-v2-m3: pass ``max_length``
 to change it). The folders are the official ``results/reranker/<folder>/...`` names, so results sit
@@ -17,14 +20,18 @@ beside the published ones.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from r2med.errors import UsageError
 from r2med.registry import Registry
 from r2med.rerankers.base import Reranker
 
-KINDS = ("cross-encoder", "rankllama", "listwise")
+if TYPE_CHECKING:
+    from r2med.rerankers.pointwise import PairScorer
 
 
 @dataclass(frozen=True)
@@ -126,32 +133,32 @@ class RerankerOptions:
     max_retries: int = 5
 
 
-def make_reranker(name: str, options: RerankerOptions | None = None) -> Reranker:
-    """Build the reranker ``name`` (see ``resolve_reranker``) with ``options``; its ``name`` is the results folder."""
-    options = options or RerankerOptions()
-    spec = resolve_reranker(name)
-    if spec.kind == "listwise":
-        return _listwise(spec, options)
+def _cross_encoder(spec: RerankerSpec, options: RerankerOptions) -> Reranker:
+    from r2med.rerankers.cross_encoder import CrossEncoderScorer
+
+    scorer = CrossEncoderScorer(
+        str(spec.model), max_length=options.max_length or spec.max_length, device=options.device,
+        dtype=options.dtype or spec.dtype, score_column=spec.score_column,
+    )
+    return _pointwise(spec, options, scorer, default_batch_size=32)
+
+
+def _rankllama(spec: RerankerSpec, options: RerankerOptions) -> Reranker:
+    from r2med.rerankers.rankllama import RankLlamaScorer
+
+    scorer = RankLlamaScorer(
+        str(spec.model), options.base_model or spec.base_model, max_length=options.max_length or spec.max_length or 1024,
+        device=options.device, dtype=options.dtype or spec.dtype,
+    )
+    return _pointwise(spec, options, scorer, default_batch_size=8)
+
+
+def _pointwise(spec: RerankerSpec, options: RerankerOptions, scorer: PairScorer, *, default_batch_size: int) -> Reranker:
     from r2med.rerankers.pointwise import PointwiseReranker
 
-    if spec.kind == "rankllama":
-        from r2med.rerankers.rankllama import RankLlamaScorer
-
-        scorer = RankLlamaScorer(
-            str(spec.model), options.base_model or spec.base_model, max_length=options.max_length or spec.max_length or 1024,
-            device=options.device, dtype=options.dtype or spec.dtype,
-        )
-        batch_size = options.batch_size or 8
-    else:
-        from r2med.rerankers.cross_encoder import CrossEncoderScorer
-
-        scorer = CrossEncoderScorer(  # type: ignore[assignment]
-            str(spec.model), max_length=options.max_length or spec.max_length, device=options.device,
-            dtype=options.dtype or spec.dtype, score_column=spec.score_column,
-        )
-        batch_size = options.batch_size or 32
     cache = options.cache_dir / "rerank" / "scores" if options.cache_dir is not None else None
-    return PointwiseReranker(spec.folder, scorer, batch_size=batch_size, cache_dir=cache, progress=options.progress)
+    return PointwiseReranker(spec.folder, scorer, batch_size=options.batch_size or default_batch_size, cache_dir=cache,
+                             progress=options.progress)
 
 
 def _listwise(spec: RerankerSpec, options: RerankerOptions) -> Reranker:
@@ -178,3 +185,21 @@ def _listwise(spec: RerankerSpec, options: RerankerOptions) -> Reranker:
         concurrency=options.concurrency, with_scores=options.with_scores, style=options.reasoning_style,
         on_error=options.on_error, progress=options.progress,
     )
+
+
+#: ``(spec, options) -> Reranker``
+Builder = Callable[[RerankerSpec, RerankerOptions], Reranker]
+
+#: How each kind of reranker is built; adding a kind is its module and one row here.
+BUILDERS: Mapping[str, Builder] = MappingProxyType({
+    "cross-encoder": _cross_encoder,
+    "rankllama": _rankllama,
+    "listwise": _listwise,
+})
+KINDS = tuple(BUILDERS)
+
+
+def make_reranker(name: str, options: RerankerOptions | None = None) -> Reranker:
+    """Build the reranker ``name`` (see ``resolve_reranker``) with ``options``; its ``name`` is the results folder."""
+    spec = resolve_reranker(name)
+    return BUILDERS[spec.kind](spec, options or RerankerOptions())

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from r2med.datasets.model import Dataset
 from r2med.types import Run
+
+if TYPE_CHECKING:
+    from r2med.expansion.apply import PreparedQueries
 
 
 @runtime_checkable
@@ -21,3 +24,11 @@ class Retriever(Protocol):
     ignore_identical_ids: bool
 
     def retrieve(self, dataset: Dataset, *, top_k: int = 100) -> Run: ...
+
+    def retrieve_expanded(
+        self, dataset: Dataset, prepared: PreparedQueries, *, top_k: int = 100, composition: str | None = None
+    ) -> Run:
+        """Search ``dataset`` with its expanded queries (generation-augmented retrieval), composed as this family's
+        official numbers were (``r2med.expansion.methods``); ``composition`` names a BM25 composition
+        (None: the method's official one)."""
+        ...

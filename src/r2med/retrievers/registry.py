@@ -1,10 +1,15 @@
-"""Retrievers by name: ``bm25``, a dense model of the zoo, or a local model directory / hub id."""
+"""Retrievers by name: ``bm25``, a dense model of the zoo, or a local model directory / hub id.
+
+:data:`FAMILIES` is the table of retriever families, tried in order: each has a matcher on the retriever name and
+a builder ``(spec, cache_dir, progress) -> Retriever``. Adding a family is its module and one row there.
+"""
 
 from __future__ import annotations
 
 import difflib
 import re
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,22 +18,10 @@ from r2med.retrievers.base import Retriever
 
 
 @dataclass(frozen=True)
-class RetrieverOptions:
-    """Options of ``r2med run`` that retrievers may read; ``cache_dir`` is R2MED_HOME (None: no caching)."""
+class RetrieverSpec:
+    """One retriever of ``r2med run`` or a pipeline's ``[[retriever]]`` table: its name and the options retrievers
+    may read. ``identical_ids``: "drop" | "keep" | None (the family's default: dense drop, BM25 keep)."""
 
-    cache_dir: Path | None
-    progress: bool = True
-    bm25_variant: str = "r2med"
-    k1: float = 0.9
-    b: float = 0.4
-    device: str | None = None
-    batch_size: int | None = None
-    query_instruction: str | None = None
-    doc_instruction: str | None = None
-
-
-@dataclass(frozen=True)
-class RetrieverSpec:  # TEMPORARY on main until the tables branch lands
     name: str
     bm25_variant: str = "r2med"
     k1: float = 0.9
@@ -40,11 +33,15 @@ class RetrieverSpec:  # TEMPORARY on main until the tables branch lands
     identical_ids: str | None = None
 
 
-def _bm25(options: RetrieverOptions) -> Retriever:
+#: ``(spec, cache_dir, progress) -> Retriever``; ``cache_dir`` is R2MED_HOME (None: no caching).
+Builder = Callable[[RetrieverSpec, Path | None, bool], Retriever]
+
+
+def _bm25(spec: RetrieverSpec, cache_dir: Path | None, progress: bool) -> Retriever:
     from r2med.retrievers.bm25.retriever import BM25Retriever
 
-    cache = options.cache_dir / "indexes" / "bm25" if options.cache_dir is not None else None
-    return BM25Retriever(variant=options.bm25_variant, k1=options.k1, b=options.b, cache_dir=cache, progress=options.progress)
+    cache = cache_dir / "indexes" / "bm25" if cache_dir is not None else None
+    return BM25Retriever(variant=spec.bm25_variant, k1=spec.k1, b=spec.b, cache_dir=cache, progress=progress)
 
 
 def system_name(name: str) -> str:
@@ -68,24 +65,25 @@ def _api_encoder(spec):
     return OpenAIEmbeddings(spec.model, preprocess="r2med", max_input_tokens=6000)
 
 
-def _dense(name: str, options: RetrieverOptions) -> Retriever:
+def _dense(rspec: RetrieverSpec, cache_dir: Path | None, progress: bool) -> Retriever:
     from r2med.retrievers.dense.cache import EmbeddingCache
     from r2med.retrievers.dense.factory import make_encoder
     from r2med.retrievers.dense.retriever import DenseRetriever
     from r2med.retrievers.dense.zoo import model_names, resolve_model
 
+    name = rspec.name
     try:
-        spec = resolve_model(name, query_instruction=options.query_instruction, document_instruction=options.doc_instruction)
+        spec = resolve_model(name, query_instruction=rspec.query_instruction, document_instruction=rspec.doc_instruction)
     except UsageError:
-        names = ["bm25", *model_names()]
+        names = [*(fixed for family in FAMILIES for fixed in family.names), *model_names()]
         close = difflib.get_close_matches(name.lower(), names, n=1, cutoff=0.6)
         hint = f"; did you mean '{close[0]}'?" if close else "."
         raise UsageError(
             f"unknown retriever '{name}'{hint} Valid: {', '.join(names)}, or a local model directory or hub id"
         ) from None
-    encoder = _api_encoder(spec) if spec.backend == "api" else make_encoder(spec, device=options.device, batch_size=options.batch_size)
-    if options.cache_dir is not None:
-        root = options.cache_dir / "embeddings"
+    encoder = _api_encoder(spec) if spec.backend == "api" else make_encoder(spec, device=rspec.device, batch_size=rspec.batch_size)
+    if cache_dir is not None:
+        root = cache_dir / "embeddings"
     else:  # --no-cache: embeddings live only as long as this retriever
         scratch = tempfile.TemporaryDirectory(prefix="r2med-embeddings-")
         root = Path(scratch.name)
@@ -94,51 +92,69 @@ def _dense(name: str, options: RetrieverOptions) -> Retriever:
         encoder=encoder,
         instructions=lambda dataset: (spec.instruction("query", dataset), spec.instruction("document", dataset)),
         cache=EmbeddingCache(root),
-        batch_size=options.batch_size,
-        progress=options.progress,
+        batch_size=rspec.batch_size,
+        progress=progress,
     )
-    if options.cache_dir is None:
+    if cache_dir is None:
         retriever._scratch = scratch  # type: ignore[attr-defined]  # removed with the retriever
     return retriever
 
 
-def _remote(model: str, options: RetrieverOptions) -> Retriever:
+def _remote(spec: RetrieverSpec, cache_dir: Path | None, progress: bool) -> Retriever:
     """``openai:<model id>``: any OpenAI-compatible /v1/embeddings server ($OPENAI_BASE_URL: vLLM, TEI, ...)."""
     from r2med.retrievers.dense.api import OpenAIEmbeddings
     from r2med.retrievers.dense.cache import EmbeddingCache
     from r2med.retrievers.dense.retriever import DenseRetriever
 
+    model = spec.name.strip()[len("openai:"):]
     if not model.strip():
         raise UsageError("--retriever openai:MODEL needs the model id the server knows, e.g. openai:Qwen/Qwen3-Embedding-8B")
-    encoder = OpenAIEmbeddings(model.strip(), batch_size=options.batch_size or 128)
-    root = options.cache_dir / "embeddings" if options.cache_dir is not None else Path(tempfile.mkdtemp(prefix="r2med-embeddings-"))
-    query_instruction, doc_instruction = options.query_instruction or "", options.doc_instruction or ""
+    encoder = OpenAIEmbeddings(model.strip(), batch_size=spec.batch_size or 128)
+    root = cache_dir / "embeddings" if cache_dir is not None else Path(tempfile.mkdtemp(prefix="r2med-embeddings-"))
+    query_instruction, doc_instruction = spec.query_instruction or "", spec.doc_instruction or ""
     return DenseRetriever(
         name=system_name(model.strip()), encoder=encoder,
         instructions=lambda dataset: (query_instruction, doc_instruction),
-        cache=EmbeddingCache(root), batch_size=options.batch_size, progress=options.progress,
+        cache=EmbeddingCache(root), batch_size=spec.batch_size, progress=progress,
     )
 
 
-def make_retriever(spec, *, cache_dir, progress=True) -> Retriever:
-    if isinstance(spec, str):
-        spec = RetrieverSpec(spec)
-    from dataclasses import fields
-    options = RetrieverOptions(cache_dir=cache_dir, progress=progress, **{f.name: getattr(spec, f.name) for f in fields(RetrieverOptions) if f.name not in ("cache_dir", "progress")})
-    r = _make_retriever(spec.name, options)
-    if spec.identical_ids is not None:
-        r.ignore_identical_ids = spec.identical_ids == "drop"
-    return r
+@dataclass(frozen=True)
+class RetrieverFamily:
+    """A kind of retriever: ``matches(name)`` says whether a retriever name is this family's, ``build`` makes it;
+    ``names`` are the fixed names it answers to (listed when a name is unknown)."""
+
+    name: str
+    matches: Callable[[str], bool]
+    build: Builder
+    names: tuple[str, ...] = ()
+    description: str = ""
 
 
-def _make_retriever(name: str, options: RetrieverOptions) -> Retriever:
+#: The retriever families, tried in order (the last one, dense, takes every name left: zoo names, model
+#: directories and hub ids, and fails with the valid names when none fits).
+FAMILIES: tuple[RetrieverFamily, ...] = (
+    RetrieverFamily("bm25", lambda name: name.strip().lower() == "bm25", _bm25, names=("bm25",),
+                    description="BM25 over Lucene's English analysis (r2med or lucene variant)"),
+    RetrieverFamily("openai", lambda name: name.strip().lower().startswith("openai:"), _remote,
+                    description="openai:<model id>: any OpenAI-compatible embeddings endpoint ($OPENAI_BASE_URL)"),
+    RetrieverFamily("dense", lambda name: True, _dense,
+                    description="a dense model of the zoo (r2med models list), a local model directory or a hub id"),
+)
+
+
+def make_retriever(spec: RetrieverSpec | str, *, cache_dir: Path | None, progress: bool = True) -> Retriever:
     """``bm25``, any zoo model (``r2med models list``), a local model directory, a hub id, or
     ``openai:<model id>`` served by any OpenAI-compatible embeddings endpoint (``$OPENAI_BASE_URL``).
 
+    ``spec``: a :class:`RetrieverSpec` or just a name; ``cache_dir``: R2MED_HOME (None: nothing cached).
+    ``spec.identical_ids`` ("drop"/"keep") overrides the family's ``ignore_identical_ids``.
     Unknown names fail with the valid list and a suggestion.
     """
-    if name.strip().lower() == "bm25":
-        return _bm25(options)
-    if name.strip().lower().startswith("openai:"):
-        return _remote(name.strip()[len("openai:"):], options)
-    return _dense(name, options)
+    if isinstance(spec, str):
+        spec = RetrieverSpec(name=spec)
+    family = next(family for family in FAMILIES if family.matches(spec.name))
+    retriever = family.build(spec, cache_dir, progress)
+    if spec.identical_ids is not None:  # default: as the official numbers of the family (dense drop, BM25 keep)
+        retriever.ignore_identical_ids = spec.identical_ids == "drop"
+    return retriever

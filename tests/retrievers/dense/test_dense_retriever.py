@@ -55,7 +55,7 @@ def test_gar_composition_as_the_official_code(tmp_path):
     enc = FakeEncoder()
     retriever = make(tmp_path, enc)
     expansions = {"q1": "aspirin lowers fever", "q2": "insulin controls glucose"}
-    run = retriever.retrieve_expanded(ds, expansions, method="hyde", top_k=4)
+    run = retriever.search_expanded(ds, expansions, method="hyde", top_k=4)
     docs = np.stack([enc.vector("document|D: " + t) for t in ds.corpus.values()])
     for qid in ("q1", "q2"):
         mean = (enc.vector("query|Q: " + ds.queries[qid]) + enc.vector("query|" + expansions[qid])) / 2
@@ -64,7 +64,7 @@ def test_gar_composition_as_the_official_code(tmp_path):
         assert list(run[qid].values()) == pytest.approx(sorted(cos.tolist(), reverse=True), abs=1e-6)
     # q3 has no expansion: its plain query embedding is used
     assert run["q3"] == retriever.retrieve(ds, top_k=4)["q3"]
-    q2d = retriever.retrieve_expanded(ds, expansions, method="query2doc", top_k=4)
+    q2d = retriever.search_expanded(ds, expansions, method="query2doc", top_k=4)
     joined = enc.vector("query|Q: " + ds.queries["q1"] + "[SEP]" + expansions["q1"])
     cos = docs @ joined
     assert list(q2d["q1"]) == [list(ds.corpus)[i] for i in np.argsort(-cos, kind="stable")]
@@ -73,7 +73,7 @@ def test_gar_composition_as_the_official_code(tmp_path):
 def test_expansion_files_reach_the_dense_retriever_composed_as_the_official_code(tmp_path):
     from pathlib import Path
 
-    from r2med.expansion.apply import prepare_queries, retrieve_expanded
+    from r2med.expansion.apply import prepare_queries
     from r2med.expansion.published import Expansions
 
     ds = load_dir(DATA / "tiny")
@@ -88,11 +88,11 @@ def test_expansion_files_reach_the_dense_retriever_composed_as_the_official_code
 
     # plain query2doc: one text, the file's query + "[SEP]" + expansion, with the query instruction
     plain = prepare_queries(ds, Expansions("query2doc", "gpt4", dict(hy), texts, Path("f"), ""))
-    run = retrieve_expanded(retriever, ds, plain, top_k=4)
+    run = retriever.retrieve_expanded(ds, plain, top_k=4)
     assert list(run["q2"]) == ranking(enc.vector("query|Q: sugar?[SEP]insulin"))
     # a reasoning model's query2doc: the answer, averaged with the instructed query (official r1_mode)
     r1 = prepare_queries(ds, Expansions("query2doc", "r1-qwen-32b", dict(hy), texts, Path("f"), ""))
-    run = retrieve_expanded(retriever, ds, r1, top_k=4)
+    run = retriever.retrieve_expanded(ds, r1, top_k=4)
     assert list(run["q1"]) == ranking(enc.vector("query|Q: fever?") + enc.vector("query|aspirin"))
     with pytest.raises(Exception, match="applies to BM25 only"):
-        retrieve_expanded(retriever, ds, plain, composition="query2doc-spaced")
+        retriever.retrieve_expanded(ds, plain, composition="query2doc-spaced")

@@ -5,8 +5,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from r2med import __version__
 from r2med.datasets.model import Dataset
@@ -16,6 +17,9 @@ from r2med.retrievers.bm25.index import BM25Index, BM25Params
 from r2med.retrievers.bm25.parallel import analyze_and_count
 from r2med.retrievers.bm25.persist import FORMAT, FORMAT_VERSION
 from r2med.types import Run
+
+if TYPE_CHECKING:
+    from r2med.expansion.apply import PreparedQueries
 
 logger = logging.getLogger(__name__)
 
@@ -109,3 +113,11 @@ class BM25Retriever:
         qids = list(dataset.queries)
         tokens = self.analyzer.analyze_many([dataset.queries[q] for q in qids])
         return Run(index.search_run(qids, tokens, k=top_k), name=self.name)
+
+    def retrieve_expanded(
+        self, dataset: Dataset, prepared: PreparedQueries, *, top_k: int = 100, composition: str | None = None
+    ) -> Run:
+        """Search with each query's composed text (``composition``: a BM25 composition, default the method's)."""
+        from r2med.expansion.apply import bm25_queries
+
+        return self.retrieve(replace(dataset, queries=bm25_queries(prepared, composition=composition)), top_k=top_k)

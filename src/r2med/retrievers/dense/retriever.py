@@ -7,15 +7,20 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from r2med.datasets.model import Dataset
+from r2med.errors import UsageError
 from r2med.retrievers.dense.base import Encoder
 from r2med.retrievers.dense.cache import EmbeddingCache
 from r2med.retrievers.dense.search import exact_search
 from r2med.types import Run
+
+if TYPE_CHECKING:
+    from r2med.expansion.apply import PreparedQueries
 
 logger = logging.getLogger(__name__)
 
@@ -98,15 +103,30 @@ class DenseRetriever:
         queries = self.embed_queries(dataset, [dataset.queries[q] for q in qids])
         return self.search(qids, queries, doc_ids, docs.blocks(), top_k=top_k)
 
-    def retrieve_expanded(self, dataset: Dataset, expansions: dict[str, str], *, method: str, top_k: int = 100) -> Run:
-        """Generation-augmented retrieval composed as the official dense numbers were.
+    def retrieve_expanded(
+        self, dataset: Dataset, prepared: PreparedQueries, *, top_k: int = 100, composition: str | None = None
+    ) -> Run:
+        """Search with the expansion file's query texts and the chosen expansions, composed as the official dense
+        numbers were (``search_expanded``). ``composition`` is BM25's: only None or the method's own name pass."""
+        if composition not in (None, prepared.method):
+            raise UsageError(f"--bm25-composition {composition!r} applies to BM25 only, not to {self.name}")
+        return self.search_expanded(replace(dataset, queries=prepared.queries), prepared.expansions,
+                                    method=prepared.method, reasoning=prepared.reasoning, top_k=top_k)
 
-        ``query2doc``: one text, ``query + "[SEP]" + expansion``, with the query instruction.
-        Every other method (hyde, lamer, reasoning models' answers, agentic search): the mean of
-        embed(instruction + query) and embed(expansion), the expansion without instruction; then
-        cosine search (so the mean is normalised). Queries without an expansion keep their plain
-        embedding and are counted in a warning.
+    def search_expanded(
+        self, dataset: Dataset, expansions: dict[str, str], *, method: str, reasoning: bool = False, top_k: int = 100
+    ) -> Run:
+        """Generation-augmented retrieval composed by the dense rule of ``method`` (``r2med.expansion.methods``).
+
+        One text (query2doc: ``query + "[SEP]" + expansion``) is embedded with the query instruction. A pair
+        (hyde, lamer, reasoning models' answers, agentic search): the mean of embed(instruction + query) and
+        embed(expansion), the expansion without instruction; then cosine search (so the mean is normalised).
+        Queries without an expansion keep their plain embedding and are counted in a warning.
         """
+        from r2med.expansion.methods import gar_method
+
+        rule = gar_method(method).dense
+        joined = len(rule("", "", reasoning)) == 1
         qids = list(dataset.queries)
         texts = [dataset.queries[q] for q in qids]
         missing = [q for q in qids if q not in expansions]
@@ -116,9 +136,9 @@ class DenseRetriever:
         _, doc_instruction = self.instructions(dataset.name)
         docs = self.cache.embed(self.encoder, list(corpus.values()), kind="document", instruction=doc_instruction,
                                 batch_size=self.batch_size, progress=self.progress)
-        if method == "query2doc":
-            joined = [f"{t}[SEP]{expansions[q]}" if q in expansions else t for q, t in zip(qids, texts)]
-            queries = self.embed_queries(dataset, joined)
+        if joined:
+            composed = [rule(t, expansions[q], reasoning)[0] if q in expansions else t for q, t in zip(qids, texts)]
+            queries = self.embed_queries(dataset, composed)
         else:
             queries = compose_mean(self.embed_queries(dataset, texts), self._embed_expansions(qids, expansions), qids, expansions)
         return self.search(qids, queries, list(corpus), docs.blocks(), top_k=top_k)

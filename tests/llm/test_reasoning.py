@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from r2med.errors import ProviderError, UsageError
-from r2med.expansion.reasoning import (
+from r2med.llm.reasoning import (
     POLICIES,
     STYLES,
     ParsedOutput,
