@@ -11,9 +11,9 @@ from typing import IO, Any
 
 from r2med.datasets.model import Dataset
 from r2med.evaluation import evaluate
+from r2med.io.atomic import write_atomic
 from r2med.manifest import build_manifest, config_sha256, read_manifest, write_manifest
 from r2med.stages.base import DatasetResult, Stage
-from r2med.io.atomic import write_atomic
 from r2med.store.results import ResultFiles, read_result, result_files, write_result
 from r2med.types import Scores
 

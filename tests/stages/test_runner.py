@@ -1,0 +1,100 @@
+"""The one runner: any Stage is run, evaluated, stored with its artifacts and manifest, and resumed."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from conftest import DATA
+from r2med.config import PipelineSpec, RerankSpec, parse_spec
+from r2med.datasets import load_dir
+from r2med.errors import InvalidInputError, UsageError
+from r2med.retrievers.registry import RetrieverSpec
+from r2med.stages import Stage, run_stage, summarise
+from r2med.store.results import SystemPath
+from r2med.types import Run
+
+
+class Toy:
+    """A stage whose run is fixed: q1 finds d1 then d4 (both relevant), q2 finds d3 then d2 (d2 relevant, grade 2)."""
+
+    def __init__(self, flavour: str = "a") -> None:
+        self.where = SystemPath.base("toy")
+        self.ignore_identical_ids = False
+        self.flavour = flavour
+        self.calls = 0
+
+    def config(self, dataset) -> dict[str, Any]:
+        return {"toy": self.flavour}
+
+    def run(self, dataset) -> Run:
+        self.calls += 1
+        return Run({"q1": {"d1": 2.0, "d4": 1.0}, "q2": {"d3": 2.0, "d2": 1.0}})
+
+    def details(self, dataset) -> dict[str, Any]:
+        return {"flavour": self.flavour}
+
+    def artifacts(self, dataset) -> dict[str, list[dict[str, Any]]]:
+        return {"notes": [{"qid": "q1", "note": "é"}]}
+
+
+@pytest.fixture
+def tiny():
+    return load_dir(DATA / "tiny", "tiny")
+
+
+def test_a_stage_is_stored_evaluated_and_resumed(tiny, tmp_path):
+    stage = Toy()
+    assert isinstance(stage, Stage)
+    [result] = run_stage(stage, [tiny], output=tmp_path)
+    folder = tmp_path / "base retriever" / "toy"
+    assert result.files.run == folder / "tiny.run" and not result.reused
+    # q1: both relevant documents at ranks 1-2 -> nDCG@10 1; q2: the grade-2 document at rank 2 -> 3/log2(3) / 3
+    assert result.scores.per_query["q1"]["ndcg_at_10"] == pytest.approx(1.0)
+    assert result.scores.per_query["q2"]["ndcg_at_10"] == pytest.approx(0.63093, abs=1e-5)
+    assert summarise([result])["tiny"]["ndcg_at_10"] == 0.81546
+    assert (folder / "tiny.notes.jsonl").read_text(encoding="utf-8") == '{"qid": "q1", "note": "é"}\n'
+    manifest = json.loads((folder / "tiny.manifest.json").read_text())
+    assert manifest["config"]["toy"] == "a" and manifest["config"]["system"] == "base retriever/toy"
+    assert manifest["config"]["ignore_identical_ids"] is False and manifest["details"] == {"flavour": "a"}
+    assert result.details == {"flavour": "a"}
+
+    [again] = run_stage(stage, [lambda: tiny], output=tmp_path)  # a loader is called when its turn comes
+    assert again.reused and stage.calls == 1 and again.details == {}
+    assert again.scores.rounded() == result.scores.rounded()
+    assert again.scores.per_query == json.loads(json.dumps(result.scores.per_query))
+
+    other = Toy("b")  # another configuration recomputes
+    [changed] = run_stage(other, [tiny], output=tmp_path)
+    assert not changed.reused and other.calls == 1
+    assert run_stage(Toy("b"), [tiny], output=tmp_path, resume=False)[0].reused is False
+
+
+def test_pipeline_spec_rules():
+    with pytest.raises(UsageError, match="either retrievers or a stored first stage"):
+        PipelineSpec()
+    with pytest.raises(UsageError, match="either retrievers or a stored first stage"):
+        PipelineSpec(retrievers=(RetrieverSpec("bm25"),), first_stage="bm25", reranker=RerankSpec("x"))
+    with pytest.raises(UsageError, match="name a reranker"):
+        PipelineSpec(first_stage="bm25")
+    with pytest.raises(UsageError, match="--bm25-composition needs --expansion"):
+        PipelineSpec(retrievers=(RetrieverSpec("bm25"),), bm25_composition="query2doc-spaced")
+    with pytest.raises(UsageError, match="--top-k must be at least 1, got 0"):
+        PipelineSpec(retrievers=(RetrieverSpec("bm25"),), top_k=0)
+
+
+def test_a_spec_file_can_name_a_reranker_stage(tmp_path):
+    raw = {"retriever": [{"name": "bm25"}], "expansion": {"spec": "query2doc/m", "bm25_composition": "query2doc-spaced"},
+           "reranker": {"name": "listwise", "top_k": 20, "truncate": True, "window": 10, "llm_model": "m"}}
+    spec = parse_spec(raw, base=tmp_path)
+    assert spec.bm25_composition == "query2doc-spaced"
+    assert (spec.reranker.name, spec.reranker.top_k, spec.reranker.truncate) == ("listwise", 20, True)
+    assert (spec.reranker.options.window, spec.reranker.options.llm_model, spec.reranker.options.stride) == (10, "m", 10)
+    with pytest.raises(InvalidInputError, match=r"\[reranker\]: unknown key\(s\) api_key"):
+        parse_spec({**raw, "reranker": {"name": "x", "api_key": "sk"}}, base=tmp_path)
+    with pytest.raises(InvalidInputError, match=r"\[reranker\]: top_k must be a positive integer, got True"):
+        parse_spec({**raw, "reranker": {"name": "x", "top_k": True}}, base=tmp_path)
+    with pytest.raises(InvalidInputError, match=r"\[reranker\]: needs name"):
+        parse_spec({**raw, "reranker": {"top_k": 3}}, base=tmp_path)
