@@ -112,9 +112,12 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     rn.add_argument("--answer-policy", choices=["fallback", "authors", "error"], default="fallback",
                     help="a reasoning output with no usable answer (trace cut off, empty): fallback = the plain query "
                          "(default), authors = the whole text as the official code did (to reproduce), error = stop")
-    rn.add_argument("--bm25-composition", default=None, choices=["query2doc-spaced"],
-                    help="BM25 with query2doc: the corrected query + ' ' + query + ' ' + expansion instead of the "
-                         "official glued query*2 (stored under gar/query2doc-spaced/)")
+    from r2med.expansion.methods import bm25_compositions
+
+    variants = {name: c for name, c in bm25_compositions().items() if name != c.method}
+    rn.add_argument("--bm25-composition", default=None, choices=list(variants),
+                    help="a BM25 composition other than the official one, stored under gar/<composition>/: "
+                         + "; ".join(f"{name} ({c.method}): {c.description}" for name, c in variants.items()))
     rn.add_argument("--reranker", default=None, metavar="NAME|PATH",
                     help="rerank each dataset's top --rerank-top-k afterwards (see r2med rerank); results under "
                          "reranker/<reranker>/<system>/top_<k>/")
