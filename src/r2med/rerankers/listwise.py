@@ -178,6 +178,9 @@ class ListwiseReranker:
                 self.client.complete_many(list(jobs.values()), concurrency=self.concurrency, on_result=on_result, progress=False)
         finally:
             bar.close()
+        # windows finish in whatever order the server answers: log them by query (run order), each query's in turn
+        rank = {qid: i for i, qid in enumerate(states)}
+        self.window_log.sort(key=lambda entry: rank[entry["qid"]])
         failed = [s for s in states.values() if s.error is not None]
         if failed:
             where = f"; every finished window is kept in {self.cache.path}: rerun to resume" if self.cache is not None else ""
