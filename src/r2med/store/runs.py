@@ -11,6 +11,7 @@ from typing import IO
 
 from r2med.errors import InvalidInputError, MissingResourceError, UsageError
 from r2med.io.atomic import write_atomic
+from r2med.io.ids import check_id
 from r2med.io.problems import Problems
 from r2med.io.readers import HashingLines, coerce_id, iter_jsonl
 from r2med.types import Run
@@ -46,8 +47,10 @@ def _read_trec(lines: HashingLines, run: Run) -> None:
             problems.error(name, number, f"expected 6 fields 'qid Q0 docid rank score tag', got {len(fields)}")
             continue
         qid, _, did, _, raw_score, tag = fields
+        ok_q = check_id(qid, field="qid", path=name, line=number, problems=problems)
+        ok_d = check_id(did, field="docid", path=name, line=number, problems=problems)
         score = _score(raw_score, path=name, line=number, problems=problems)
-        if score is not None:
+        if score is not None and ok_q is not None and ok_d is not None:
             run.name = tag
             _add(run, qid, did, score, path=name, line=number, problems=problems)
 
