@@ -49,7 +49,7 @@ def test_interpolation_by_hand():
 def test_depth_ties_and_errors():
     assert list(rrf([BM25, DENSE], depth=2)["q1"]) == ["a", "c"]
     tied = combsum([Run({"q": {"z": 1.0, "m": 1.0}})])["q"]
-    assert list(tied) == ["m", "z"]  # equal fused scores: document id order
+    assert list(tied) == ["z", "m"]  # equal fused scores: trec_eval's order, document id descending
     assert normalise({}, "minmax") == {}
     with pytest.raises(UsageError, match="one weight per run"):
         rrf([BM25, DENSE], weights=[1])
@@ -77,3 +77,26 @@ def test_fuse_command(cli, tmp_path):
     assert bad.code == 2 and "exactly 2 runs" in bad.err
     missing = cli("fuse", a, tmp_path / "nope.run", "--output", tmp_path / "y.run")
     assert missing.code == 4 and "nope.run" in missing.err
+
+
+@pytest.mark.parametrize("bad", [float("inf"), float("-inf"), float("nan")])
+@pytest.mark.parametrize("method", ["rrf", "combsum", "combmnz", "interpolate"])
+def test_fusion_rejects_non_finite_scores(method, bad):
+    from r2med.errors import InvalidInputError
+
+    broken = Run({"q1": {"a": 1.0, "b": bad}}, name="broken")
+    with pytest.raises(InvalidInputError, match=r"run 'broken', query 'q1', document 'b': score (inf|-inf|nan) is not finite"):
+        fuse([BM25, broken], method)
+    with pytest.raises(InvalidInputError, match="is not finite"):
+        normalise({"a": 1.0, "b": bad}, "minmax")
+
+
+def test_fused_ties_are_ranked_and_cut_as_trec_eval_ranks_them():
+    # every document of q gets 1/61 (rank 1 in exactly one run): a four-way tie
+    runs = [Run({"q": {"m": 2.0}}), Run({"q": {"z": 1.0}}), Run({"q": {"a": 3.0}}), Run({"q": {"k": 3.0}})]
+    fused = rrf(runs, depth=None)["q"]
+    assert list(fused) == ["z", "m", "k", "a"] and set(fused.values()) == {1 / 61}
+    assert list(rrf(runs, depth=2)["q"]) == ["z", "m"]  # the cut keeps trec_eval's first two
+    # ranks inside an input run follow trec_eval too: in (x 1.0, y 1.0) y is rank 1, x rank 2
+    tied = rrf([Run({"q": {"x": 1.0, "y": 1.0}})], k=0)["q"]
+    assert tied == {"y": 1.0, "x": 0.5}

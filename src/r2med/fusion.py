@@ -11,8 +11,14 @@ Each function is small and follows its reference:
 
 Normalisation (:func:`normalise`) is per query: ``minmax`` maps a query's scores to [0, 1] (all equal:
 every score becomes 1), ``zscore`` to mean 0 and standard deviation 1 (population; all equal: 0),
-``none`` keeps them. The fused run lists each query's documents by fused score, ties by document id, and
-keeps the top ``depth`` (default 100).
+``none`` keeps them. The fused run lists each query's documents in trec_eval's order (fused score
+descending, ties by document id descending: :meth:`Run.ranked`) and keeps the top ``depth`` (default 100),
+so when ties straddle the cut the documents kept are the ones trec_eval ranks first. The ranks RRF uses
+are positions in each input run's :meth:`Run.ranked` order, the ranking that run is evaluated as.
+
+Every score must be finite: an infinite score turns min-max and z-score normalisation into NaN and
+RRF's ranks into an arbitrary order, so each function raises InvalidInputError (exit 5) naming the run,
+query, document and score.
 
 >>> a = Run({"q": {"d1": 3.0, "d2": 2.0, "d3": 1.0}})
 >>> b = Run({"q": {"d3": 9.0, "d1": 5.0}})
@@ -25,7 +31,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-from r2med.errors import UsageError
+from r2med.errors import InvalidInputError, UsageError
 from r2med.types import Run
 
 NORMALISATIONS = ("minmax", "zscore", "none")
@@ -44,6 +50,7 @@ def normalise(scores: dict[str, float], method: str = "minmax") -> dict[str, flo
     """
     if method not in NORMALISATIONS:
         raise UsageError(f"unknown normalisation {method!r}; valid: {', '.join(NORMALISATIONS)}")
+    _check_finite(scores)
     if method == "none" or not scores:
         return dict(scores)
     values = list(scores.values())
@@ -59,9 +66,24 @@ def normalise(scores: dict[str, float], method: str = "minmax") -> dict[str, flo
     return {d: (s - mean) / std for d, s in scores.items()}
 
 
+def _check_finite(scores: dict[str, float], where: str = "") -> None:
+    for did, score in scores.items():
+        if not math.isfinite(score):
+            raise InvalidInputError(f"{where}document {did!r}: score {score!r} is not finite; fusion needs finite "
+                                    "scores (fix the run or drop the document)")
+
+
+def _check_runs(runs: Sequence[Run]) -> None:
+    """InvalidInputError naming the first non-finite score of ``runs`` (run name, query, document, score)."""
+    for run in runs:
+        for qid, docs in run.items():
+            _check_finite(docs, f"run {getattr(run, 'name', '?')!r}, query {qid!r}, ")
+
+
 def _weights(runs: Sequence[Run], weights: Sequence[float] | None) -> list[float]:
     if not runs:
         raise UsageError("fusion needs at least one run")
+    _check_runs(runs)
     if weights is None:
         return [1.0] * len(runs)
     if len(weights) != len(runs):
@@ -81,7 +103,7 @@ def _queries(runs: Sequence[Run]) -> list[str]:
 def _finish(fused: dict[str, dict[str, float]], depth: int | None, name: str) -> Run:
     out = Run(name=name)
     for qid, scores in fused.items():
-        ranked = sorted(scores.items(), key=lambda item: (-item[1], item[0]))
+        ranked = Run({qid: scores}).ranked(qid)  # trec_eval's order, ties by document id descending
         out[qid] = dict(ranked[:depth] if depth is not None else ranked)
     return out
 
@@ -125,7 +147,7 @@ def combsum(runs: Sequence[Run], *, norm: str = "minmax", weights: Sequence[floa
     """Sum of normalised scores (weighted).
 
     >>> combsum([Run({"q": {"a": 2.0, "b": 0.0}}), Run({"q": {"b": 5.0, "c": 1.0}})])["q"]  # b: 0 + 1, a: 1, c: 0
-    {'a': 1.0, 'b': 1.0, 'c': 0.0}
+    {'b': 1.0, 'a': 1.0, 'c': 0.0}
     """
     return _comb(runs, weights, norm, depth, "combsum", mnz=False)
 

@@ -1,7 +1,7 @@
 """The one data model every stage shares.
 
 - ``Qrels``: query id -> document id -> graded relevance (int).
-- ``Run``: query id -> document id -> score (float), inner dicts in rank order.
+- ``Run``: query id -> document id -> score (float); its ranking is :meth:`Run.ranked`.
 - ``Scores``: what evaluation returns: the averaged measures and the per-query values.
 
 Ids are always strings. ``Qrels`` and ``Run`` are plain ``dict`` subclasses, so they go straight
@@ -27,13 +27,18 @@ class Qrels(dict):
 
 
 class Run(dict):
-    """A ranking: ``{qid: {docid: score}}``; each inner dict is kept in rank order.
+    """A ranking: ``{qid: {docid: score}}``.
+
+    The ranking of a query is the one trec_eval (and so pytrec_eval, ``evaluate`` and every stored
+    result) scores: score descending, equal scores by document id descending (trec_eval compares the
+    ids with ``strcmp``; Python's string order is the same for UTF-8). The order the inner dict
+    happens to hold does not matter; every run r2med writes lists the documents in this order.
 
     >>> r = Run({"q1": {"a": 1.0, "b": 3.0, "c": 3.0}})
     >>> r.ranked("q1")
-    [('b', 3.0), ('c', 3.0), ('a', 1.0)]
+    [('c', 3.0), ('b', 3.0), ('a', 1.0)]
     >>> r.top_k(1)
-    {'q1': {'b': 3.0}}
+    {'q1': {'c': 3.0}}
     """
 
     def __init__(self, *args, name: str = "r2med", **kwargs) -> None:
@@ -41,11 +46,15 @@ class Run(dict):
         self.name = name
 
     def ranked(self, qid: str) -> list[tuple[str, float]]:
-        """Documents of ``qid`` by score descending; equal scores keep their stored order."""
-        return sorted(self.get(qid, {}).items(), key=lambda item: -item[1])
+        """Documents of ``qid`` in trec_eval's order: score descending, equal scores by document id descending."""
+        return sorted(self.get(qid, {}).items(), key=lambda item: (item[1], item[0]), reverse=True)
 
     def top_k(self, k: int) -> Run:
-        """A new run with the first ``k`` documents of each query (rank order as in ``ranked``)."""
+        """A new run with the first ``k`` documents of each query in :meth:`ranked` order.
+
+        When equal scores straddle the cut, the documents kept are the ones trec_eval ranks first
+        (the larger document ids), so the cut run scores like the first ``k`` of the full run.
+        """
         return Run({qid: dict(self.ranked(qid)[:k]) for qid in self}, name=self.name)
 
 

@@ -194,3 +194,51 @@ def test_stats_json_on_scifact(cli):
     row = result.json()[0]
     assert (row["name"], row["queries"], row["documents"]) == ("scifact", 300, 5183)
     assert row["avg_positives"] == pytest.approx(339 / 300)
+
+
+def test_unknown_documents_in_qrels_are_named_with_their_lines(tmp_path, cli):
+    folder = make(tmp_path / "ds", qrels=['{"q_id": "q1", "p_id": "d1", "score": 1}', '{"q_id": "q1", "p_id": "zz", "score": 1}',
+                                         '{"q_id": "q1", "p_id": "yy", "score": 0}', '{"q_id": "q9", "p_id": "d2", "score": 1}'])
+    warnings = load_dir(folder).warnings
+    qrels = folder / "qrels.jsonl"
+    assert f"{qrels}: 2 judgements point at document ids not in the corpus: 'zz' (line 2), 'yy' (line 3); they still count as relevant" in warnings
+    assert f"{qrels}: 1 judged query ids are not in the queries: 'q9' (line 4); they are not scored" in warnings
+    result = cli("datasets", "validate", "--data-dir", folder)
+    assert result.code == 0 and "'zz' (line 2), 'yy' (line 3)" in result.out
+
+
+def test_a_dataset_directory_without_corpus_says_which_file_is_missing_where(tmp_path, cli):
+    folder = make(tmp_path / "ds")
+    (folder / "corpus.jsonl").unlink()
+    for command in ("validate", "stats"):
+        result = cli("datasets", command, "--data-dir", folder)
+        assert result.code == 4, result.err
+        assert f"{folder}: not a dataset directory, missing corpus.jsonl" in result.err
+        assert "no dataset directories inside" not in result.err
+    # a directory of datasets: the one without a corpus is named
+    make(tmp_path / "all" / "Biology")
+    (tmp_path / "all" / "Biology" / "corpus.jsonl").unlink()
+    result = cli("datasets", "validate", "--data-dir", tmp_path / "all")
+    assert result.code == 4
+    assert f"{tmp_path / 'all' / 'Biology'}: not a dataset directory, missing corpus.jsonl" in result.err
+    result = cli("datasets", "validate", "biology", "--data-dir", tmp_path / "all")
+    assert result.code == 4 and f"{tmp_path / 'all' / 'Biology'}: not a dataset directory, missing corpus.jsonl" in result.err
+
+
+def test_duplicate_document_ids_are_called_duplicates_with_ids_and_lines(tmp_path):
+    make(tmp_path, corpus=['{"id": "a", "text": "one"}', '{"id": "b", "text": "two"}', '{"id": "a", "text": "three"}',
+                           '{"id": "b", "text": "four"}', '{"id": "a", "text": "five"}'])
+    (warning,) = [w for w in load_dir(tmp_path).warnings if "repeat an earlier document id" in w]
+    assert warning.startswith(f"{tmp_path / 'corpus.jsonl'}: 3 rows repeat an earlier document id (duplicate ids: "
+                              "'a' at lines 1, 3, 5; 'b' at lines 2, 4;")
+    make(tmp_path, queries=['{"id": "q1", "text": "x"}', '{"id": "q1", "text": "y"}'])
+    assert any("duplicate ids: 'q1' at lines 1, 2" in w for w in load_dir(tmp_path).warnings)
+
+
+def test_queries_without_any_judgement_make_the_dataset_unusable(tmp_path, cli):
+    folder = make(tmp_path / "ds", queries=['{"id": "1", "text": "x"}', '{"id": "2", "text": "y"}'],
+                  qrels=['{"q_id": "q1", "p_id": "d1", "score": 1}'])
+    result = cli("datasets", "validate", "--data-dir", folder)
+    assert result.code == 5, result.out
+    assert (f"{folder / 'qrels.jsonl'}: nothing to score: no query of {folder / 'query.jsonl'} has a judgement "
+            "(queries: '1', '2'; judged: 'q1')") in result.out

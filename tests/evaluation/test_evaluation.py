@@ -151,3 +151,26 @@ def test_tiny_run_worked_values(cli):
     # q1: d4 (rel) at 1, d2 at 2, d1 (rel) at 3 -> P@1 = 1, recall@2 = 0.5; q2: d2 (grade 2) at 1 -> P@1 = 1
     result = cli("evaluate", "--qrels", DATA / "tiny", "--run", DATA / "tiny_run.trec", "--metrics", "precision_at_1,recall_at_2,mrr", "--json")
     assert result.json() == {"precision_at_1": 1.0, "recall_at_2": 0.75, "mrr": 1.0}
+
+
+def test_nothing_to_score_is_an_error_not_a_zero(tmp_path, cli):
+    from r2med.errors import InvalidInputError
+
+    qrels = {"1": {"d1": 1}, "2": {"d2": 1}, "3": {"d1": 1}, "4": {"d1": 1}}
+    run = {"q1": {"d1": 1.0}, "q2": {"d2": 1.0}}
+    for judged_all in (False, True):
+        with pytest.raises(InvalidInputError) as err:
+            evaluate(qrels, run, judged_all=judged_all)
+        assert str(err.value) == (
+            "nothing to score: no query of the qrels is in the run (qrels: '1', '2', '3' and 1 more; run: 'q1', 'q2'); "
+            "check that both belong to the same dataset and use the same query ids")
+    with pytest.raises(InvalidInputError, match="the qrels hold no judgements"):
+        evaluate({}, run)
+    # one query in common is enough: it is the only one averaged
+    assert evaluate({**qrels, "q2": {"d2": 1}}, run, metrics=["mrr"]).aggregate == {"mrr": 1.0}
+    # the command: the tiny qrels (q1, q2) against a run of other query ids
+    path = tmp_path / "other.run"
+    path.write_text("x1 Q0 d1 1 1.0 t\nx2 Q0 d2 1 1.0 t\n")
+    result = cli("evaluate", "--qrels", DATA / "tiny", "--run", path, "--json")
+    assert result.code == 5 and result.out == ""
+    assert "nothing to score" in result.err and "qrels: 'q1', 'q2'" in result.err and "run: 'x1', 'x2'" in result.err

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from r2med.datasets.catalog import catalog, resolve_names
 from r2med.datasets.hub import download
-from r2med.datasets.local import is_dataset_dir, load_dir
+from r2med.datasets.local import find_layout, has_dataset_files, is_dataset_dir, load_dir, missing_files
 from r2med.datasets.model import Dataset
 from r2med.errors import MissingResourceError
 from r2med.settings import Settings, get_settings
@@ -38,18 +38,31 @@ def local_dataset_dirs(data_dir: Path, names: list[str] | None = None) -> list[t
             raise MissingResourceError(f"--data-dir {data_dir} holds one dataset ({name}), not {', '.join(names or [])}")
         return [(name, data_dir)]
     found: dict[str, Path] = {}
-    for child in sorted(p for p in data_dir.iterdir() if p.is_dir() and is_dataset_dir(p)):
-        found.setdefault(_canonical_or_none(child.name) or child.name, child)
+    incomplete: dict[str, Path] = {}
+    for child in sorted(p for p in data_dir.iterdir() if p.is_dir()):
+        key = _canonical_or_none(child.name) or child.name
+        if is_dataset_dir(child):
+            found.setdefault(key, child)
+        elif has_dataset_files(child):
+            incomplete.setdefault(key, child)
+    if not found and has_dataset_files(data_dir):
+        find_layout(data_dir)  # one dataset directory missing its corpus: say which file is missing where
     if want_all:
         order = [n for n in catalog().names() if n in found] + sorted(n for n in found if n not in catalog())
         if not order:
+            broken = "; ".join(missing_files(path) for path in incomplete.values())
             raise MissingResourceError(
                 f"--data-dir {data_dir}: no dataset directories inside (each needs corpus.jsonl, query.jsonl, qrels.jsonl)"
+                + (f"; {broken}" if broken else "")
             )
+        for path in incomplete.values():
+            logger.warning("skipped %s", missing_files(path))
         return [(name, found[name]) for name in order]
     pairs = []
     for name in names or []:
         key = _canonical_or_none(name) or name
+        if key not in found and key in incomplete:
+            find_layout(incomplete[key])  # raises, naming the missing file
         if key not in found:
             have = ", ".join(found) or "none"
             raise MissingResourceError(f"--data-dir {data_dir}: no directory for dataset '{name}' (found: {have})")

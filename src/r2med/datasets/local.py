@@ -40,6 +40,21 @@ def is_dataset_dir(path: Path) -> bool:
     return (Path(path) / "corpus.jsonl").is_file()
 
 
+def has_dataset_files(path: Path) -> bool:
+    """True when ``path`` holds any file of a dataset (corpus, queries or qrels): a dataset, maybe incomplete."""
+    path = Path(path)
+    return any((path / n).is_file() for n in ("corpus.jsonl", *_QUERY_FILES, *_QRELS_FILES))
+
+
+def missing_files(path: Path) -> str:
+    """What :func:`find_layout` says about an incomplete dataset directory (``''`` when it is complete)."""
+    try:
+        find_layout(path)
+    except MissingResourceError as exc:
+        return str(exc)
+    return ""
+
+
 def find_layout(path: Path) -> Layout:
     """Locate the corpus, query and qrels files of one dataset directory; exit-4 error naming what is missing."""
     path = Path(path)
@@ -88,11 +103,27 @@ def _row_id(row: dict, *, path: str, line: int, problems: Problems) -> str | Non
     return coerce_id(row[key], field=key, path=path, line=line, problems=problems)
 
 
+_SHOW = 3
+
+
+def _shown(items: list[str], total: int) -> str:
+    more = f" and {total - len(items)} more" if total > len(items) else ""
+    return ", ".join(items) + more
+
+
+def _duplicates(first_line: dict[str, int], repeats: dict[str, list[int]]) -> str:
+    """``'a' at lines 1, 3; 'b' at lines 2, 4`` for the first few repeated ids (their first line included)."""
+    shown = [f"{key!r} at lines {', '.join(map(str, [first_line[key], *lines]))}" for key, lines in list(repeats.items())[:_SHOW]]
+    more = f"; and {len(repeats) - _SHOW} more ids" if len(repeats) > _SHOW else ""
+    return "; ".join(shown) + more
+
+
 def read_corpus(lines: HashingLines) -> tuple[list[str], list[str]]:
-    """Document ids and texts in file order; duplicates are kept and counted."""
+    """Document ids and texts in file order; duplicates are kept and reported (the ids and their lines)."""
     ids: list[str] = []
     texts: list[str] = []
     first_line: dict[str, int] = {}
+    repeats: dict[str, list[int]] = {}
     name, problems = str(lines.path), lines.problems
     for number, row in iter_jsonl(lines):
         did = _row_id(row, path=name, line=number, problems=problems)
@@ -100,22 +131,25 @@ def read_corpus(lines: HashingLines) -> tuple[list[str], list[str]]:
         if did is None or text is None:
             continue
         if did in first_line:
-            problems.count(
-                "duplicate-doc", name, number,
-                "rows repeat an earlier document id (all rows are indexed, as the official code does; "
-                "a repeated id keeps the score of its last row)",
-            )
+            repeats.setdefault(did, []).append(number)
         else:
             first_line[did] = number
         ids.append(did)
         texts.append(text)
+    if repeats:
+        message = (f"rows repeat an earlier document id (duplicate ids: {_duplicates(first_line, repeats)}; all rows "
+                   "are indexed, as the official code does; a repeated id keeps the score of its last row)")
+        for number in sorted(n for numbers in repeats.values() for n in numbers):
+            problems.count("duplicate-doc", name, number, message)
     return ids, texts
 
 
 def read_queries(lines: HashingLines) -> tuple[dict[str, str], dict[str, dict]]:
-    """Query texts and their extra fields (``doc_id``, ``answer``, ...); a repeated id keeps its last row."""
+    """Query texts and their extra fields (``doc_id``, ``answer``, ...); a repeated id keeps its last row (reported)."""
     queries: dict[str, str] = {}
     extra: dict[str, dict] = {}
+    first_line: dict[str, int] = {}
+    repeats: dict[str, list[int]] = {}
     name, problems = str(lines.path), lines.problems
     for number, row in iter_jsonl(lines):
         qid = _row_id(row, path=name, line=number, problems=problems)
@@ -123,16 +157,25 @@ def read_queries(lines: HashingLines) -> tuple[dict[str, str], dict[str, dict]]:
         if qid is None or text is None:
             continue
         if qid in queries:
-            problems.count("duplicate-query", name, number, "rows repeat an earlier query id (the last row is used)")
+            repeats.setdefault(qid, []).append(number)
+        else:
+            first_line[qid] = number
         queries[qid] = text
         fields = {k: v for k, v in row.items() if k not in ("id", "_id", "text", "title")}
         if fields:
             extra[qid] = fields
+    if repeats:
+        message = f"rows repeat an earlier query id (duplicate ids: {_duplicates(first_line, repeats)}; the last row is used)"
+        for number in sorted(n for numbers in repeats.values() for n in numbers):
+            problems.count("duplicate-query", name, number, message)
     return queries, extra
 
 
-def read_qrels(lines: HashingLines) -> Qrels:
-    """Judgements ``{qid: {docid: grade}}``; a repeated pair keeps its last grade (counted)."""
+def read_qrels(lines: HashingLines, where: dict[tuple[str, str], int] | None = None) -> Qrels:
+    """Judgements ``{qid: {docid: grade}}``; a repeated pair keeps its last grade (counted).
+
+    ``where``, when given, receives the line of each ``(qid, docid)`` pair (for messages that name it).
+    """
     qrels = Qrels()
     name, problems = str(lines.path), lines.problems
     for number, qid, did, rel in iter_qrels_lines(lines):
@@ -140,20 +183,41 @@ def read_qrels(lines: HashingLines) -> Qrels:
         if did in judged:
             problems.count("duplicate-qrel", name, number, "judgements repeat a (query, document) pair (the last grade is used)")
         judged[did] = rel
+        if where is not None:
+            where[(qid, did)] = number
     return qrels
 
 
-def cross_check(doc_ids: list[str], queries: dict[str, str], qrels: Qrels, problems: Problems, *, qrels_name: str) -> None:
-    """Findings that need all three files: dangling judgements, unjudged queries, id collisions."""
+def cross_check(doc_ids: list[str], queries: dict[str, str], qrels: Qrels, problems: Problems, *, qrels_name: str,
+                queries_name: str = "the queries", where: dict[tuple[str, str], int] | None = None) -> None:
+    """Findings that need all three files: dangling judgements, unjudged queries, id collisions.
+
+    No judged query at all is an error (nothing to score is not a score); the rest are notes. ``where``
+    (from :func:`read_qrels`) lets the notes name the lines of the judgements they talk about.
+    """
+    where = where or {}
+
+    def at(qid: str, did: str) -> str:
+        return f" (line {where[(qid, did)]})" if (qid, did) in where else ""
+
     known_docs = set(doc_ids)
     unknown_q = [qid for qid in qrels if qid not in queries]
-    unknown_d = sum(1 for judged in qrels.values() for did in judged if did not in known_docs)
+    unknown_d = [(qid, did) for qid, judged in qrels.items() for did in judged if did not in known_docs]
     if unknown_q:
-        problems.note(f"{qrels_name}: {len(unknown_q)} judged query ids are not in the queries (e.g. {unknown_q[0]!r}); they are not scored")
+        shown = [f"{qid!r}{at(qid, next(iter(qrels[qid])))}" for qid in unknown_q[:_SHOW]]
+        problems.note(f"{qrels_name}: {len(unknown_q)} judged query ids are not in the queries: "
+                      f"{_shown(shown, len(unknown_q))}; they are not scored")
     if unknown_d:
-        problems.note(f"{qrels_name}: {unknown_d} judgements point at document ids not in the corpus; they still count as relevant")
+        shown = [f"{did!r}{at(qid, did)}" for qid, did in unknown_d[:_SHOW]]
+        problems.note(f"{qrels_name}: {len(unknown_d)} judgements point at document ids not in the corpus: "
+                      f"{_shown(shown, len(unknown_d))}; they still count as relevant")
     unjudged = [qid for qid in queries if qid not in qrels]
-    if unjudged:
+    if queries and qrels and len(unjudged) == len(queries):
+        problems.error(qrels_name, None, f"nothing to score: no query of {queries_name} has a judgement "
+                                         f"(queries: {_shown([repr(q) for q in unjudged[:_SHOW]], len(unjudged))}; "
+                                         f"judged: {_shown([repr(q) for q in list(qrels)[:_SHOW]], len(qrels))}); "
+                                         "the qrels and the queries must use the same query ids")
+    elif unjudged:
         problems.note(f"{len(unjudged)} queries have no judgements (e.g. {unjudged[0]!r}); they are excluded from scoring")
     no_positive = [qid for qid in queries if qid in qrels and not any(r > 0 for r in qrels[qid].values())]
     if no_positive:
@@ -179,14 +243,16 @@ def scan_dir(path: Path, name: str | None = None) -> tuple[Dataset | None, Probl
     qrels_lines = HashingLines(layout.qrels, problems)
     doc_ids, doc_texts = read_corpus(corpus_lines)
     queries, extra = read_queries(query_lines)
-    qrels = read_qrels(qrels_lines)
+    where: dict[tuple[str, str], int] = {}
+    qrels = read_qrels(qrels_lines, where)
     if not doc_ids and not problems.errors:
         problems.error(str(layout.corpus), None, "no documents")
     if not queries and not problems.errors:
         problems.error(str(layout.queries), None, "no queries")
     if not qrels and not problems.errors:
         problems.error(str(layout.qrels), None, "no judgements")
-    cross_check(doc_ids, queries, qrels, problems, qrels_name=str(layout.qrels))
+    cross_check(doc_ids, queries, qrels, problems, qrels_name=str(layout.qrels), queries_name=str(layout.queries),
+                where=where)
     if problems.errors:
         return None, problems
     dataset = Dataset(

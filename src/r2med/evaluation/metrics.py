@@ -8,10 +8,12 @@ Official measures: ``ndcg_cut``, ``map_cut``, ``recall``, ``P`` at 1, 10, 25, 50
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping
 
-from r2med.errors import UsageError
+from r2med.errors import InvalidInputError, UsageError
+from r2med.io.ids import first_bad_id
 from r2med.types import Qrels, Run, Scores
 
 DEFAULT_CUTOFFS = (1, 10, 25, 50, 100)
@@ -98,6 +100,53 @@ def drop_identical_ids(run: Mapping[str, Mapping[str, float]]) -> Run:
     return Run({qid: {did: s for did, s in docs.items() if did != qid} for qid, docs in run.items()})
 
 
+def _first(ids: Iterable[str], n: int = 3) -> str:
+    """The first ``n`` ids (repr) and how many more.
+
+    >>> _first(["1", "2", "3", "4", "5"]), _first([])
+    ("'1', '2', '3' and 2 more", 'none')
+    """
+    ids = list(ids)
+    shown = ", ".join(repr(i) for i in ids[:n])
+    more = f" and {len(ids) - n} more" if len(ids) > n else ""
+    return (shown + more) if ids else "none"
+
+
+def check_scorable(qrels: Mapping[str, Mapping[str, int]], run: Mapping[str, Mapping[str, float]]) -> None:
+    """InvalidInputError (exit 5) unless ``run`` can be scored against ``qrels`` to a meaningful number.
+
+    Nothing to score is not a score: with no query in common the mean would be a silent 0.0. Ids must
+    pass the id rule (:mod:`r2med.io.ids`; pytrec_eval cuts an id at a NUL, so ``d1\\x00x`` would be
+    judged as ``d1``) and scores must not be NaN (their order is undefined).
+
+    >>> check_scorable({"1": {"d": 1}}, {"2": {"d": 1.0}})
+    Traceback (most recent call last):
+    ...
+    r2med.errors.InvalidInputError: nothing to score: no query of the qrels is in the run (qrels: '1'; run: '2'); check that both belong to the same dataset and use the same query ids
+    """
+    for what, ids in (("qrels", qrels), ("run", run)):
+        bad = first_bad_id(ids)
+        if bad is not None:
+            raise InvalidInputError(f"query id {bad[0]!r} in the {what} {bad[1]}; pytrec_eval cannot score it: fix the id")
+    for what, table in (("qrels", qrels), ("run", run)):
+        for qid, docs in table.items():
+            bad = first_bad_id(docs)
+            if bad is not None:
+                raise InvalidInputError(f"document id {bad[0]!r} of query {qid!r} in the {what} {bad[1]}; "
+                                        "pytrec_eval cannot score it: fix the id")
+    for qid, docs in run.items():
+        for did, score in docs.items():
+            if math.isnan(score):
+                raise InvalidInputError(f"query {qid!r}, document {did!r}: the score is NaN; a ranking needs numbers")
+    if not qrels:
+        raise InvalidInputError("nothing to score: the qrels hold no judgements")
+    if not any(qid in run for qid in qrels):
+        raise InvalidInputError(
+            f"nothing to score: no query of the qrels is in the run (qrels: {_first(qrels)}; run: {_first(run)}); "
+            "check that both belong to the same dataset and use the same query ids"
+        )
+
+
 def evaluate(
     qrels: Mapping[str, Mapping[str, int]],
     run: Mapping[str, Mapping[str, float]],
@@ -114,6 +163,9 @@ def evaluate(
     - ``ignore_identical_ids``: drop documents whose id equals the query id first (BEIR's rule,
       used for the official dense numbers).
 
+    InvalidInputError (exit 5) when there is nothing to score (no query of the qrels in the run), an
+    id breaks the id rule or a score is NaN (:func:`check_scorable`): never a silent 0.0.
+
     >>> s = evaluate({"q": {"a": 1}}, {"q": {"b": 2.0, "a": 1.0}}, metrics=["precision_at_1", "mrr"])
     >>> s.aggregate
     {'precision_at_1': 0.0, 'mrr': 0.5}
@@ -123,6 +175,7 @@ def evaluate(
     keys = parse_metrics(metrics, cutoffs)
     clean_qrels = {str(q): {str(d): int(r) for d, r in docs.items()} for q, docs in qrels.items()}
     clean_run = {str(q): {str(d): float(s) for d, s in docs.items()} for q, docs in run.items()}
+    check_scorable(clean_qrels, clean_run)
     if ignore_identical_ids:
         clean_run = dict(drop_identical_ids(clean_run))
     evaluator = pytrec_eval.RelevanceEvaluator(clean_qrels, _trec_measures(keys))

@@ -1,7 +1,8 @@
 """The low input/output layer that ``datasets``, ``store`` and the rest share.
 
 ``readers``: streaming readers for JSONL rows and qrels files (BEIR TSV, TREC, R2MED JSONL) that hash
-what they read; ``problems``: the collector of what is wrong with an input file, by file and line;
+what they read; ``ids``: the one rule for query and document ids (what a TREC run line can hold),
+checked by every reader; ``problems``: the collector of what is wrong with an input file, by file and line;
 ``atomic``: writes that readers never see half done. These modules import nothing from ``r2med``
 but its lowest modules (``errors``, ``types``, ``settings``, ``registry``); this file imports nothing.
 """

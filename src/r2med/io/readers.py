@@ -13,11 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from r2med.errors import MissingResourceError
+from r2med.io.ids import check_id
 from r2med.io.problems import Problems
 
 
 def coerce_id(value: Any, *, field: str, path: str, line: int, problems: Problems) -> str | None:
-    """An id as a string: strings pass, integers are converted and counted, anything else is an error.
+    """An id as a string: strings pass the id rule (:func:`r2med.io.ids.check_id`), integers are converted
+    and counted, anything else is an error.
 
     >>> p = Problems()
     >>> coerce_id(12, field="id", path="c.jsonl", line=1, problems=p), p.warnings
@@ -29,7 +31,7 @@ def coerce_id(value: Any, *, field: str, path: str, line: int, problems: Problem
         if not value.strip():
             problems.error(path, line, f"field '{field}' is an empty string; every row needs an id")
             return None
-        return value
+        return check_id(value, field=field, path=path, line=line, problems=problems)
     if isinstance(value, int) and not isinstance(value, bool):
         problems.count("non-string-id", path, line, "non-string ids converted to strings")
         return str(value)
@@ -124,15 +126,51 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+_HEADER_NAMES = frozenset({"query-id", "query_id", "qid", "q_id"})
+
+
+def _is_header(line: str) -> bool:
+    return line.strip().split()[0].lower() in _HEADER_NAMES if line.strip() else False
+
+
+def qrels_format(path: Path, first_line: str | None) -> str:
+    """``"jsonl"``, ``"tsv"`` (BEIR) or ``"trec"``, from the file's extension and header, never its column count.
+
+    ``.jsonl``/``.json`` is R2MED's JSONL; ``.tsv``, or a tab-separated header line (BEIR's
+    ``query-id<TAB>corpus-id<TAB>score``), is BEIR TSV; anything else is TREC.
+
+    >>> qrels_format(Path("qrels/test.tsv"), "q1\\td1\\t1"), qrels_format(Path("q.txt"), "query-id\\tcorpus-id\\tscore")
+    ('tsv', 'tsv')
+    >>> qrels_format(Path("qrels.txt"), "q1\\td1\\t1"), qrels_format(Path("qrels.jsonl"), None)
+    ('trec', 'jsonl')
+    """
+    if path.suffix in (".jsonl", ".json"):
+        return "jsonl"
+    if path.suffix == ".tsv":
+        return "tsv"
+    return "tsv" if first_line is not None and _is_header(first_line) and "\t" in first_line else "trec"
+
+
+def _split_tsv(text: str) -> list[str] | None:
+    """The tab-separated fields of a BEIR TSV line (split on tabs only: spaces belong to the field); None if blank."""
+    body = text.rstrip("\r\n")
+    if not body.strip():
+        return None
+    return body.split("\t")
+
+
 def iter_qrels_lines(lines: HashingLines) -> Iterator[tuple[int, str, str, int]]:
     """Yield ``(line, qid, docid, relevance)`` from a qrels file in any supported format.
 
-    Formats, detected from the name and the first line: JSONL ``{"q_id","p_id","score"}`` (R2MED),
-    BEIR TSV ``query-id<TAB>corpus-id<TAB>score`` (header optional), TREC ``qid iter docid rel``.
+    The format comes from the name and the header (:func:`qrels_format`): JSONL ``{"q_id","p_id","score"}``
+    (R2MED), BEIR TSV ``query-id<TAB>corpus-id<TAB>score`` (header optional; split on tabs only, so a
+    document id ``doc A`` is read whole and then rejected by the id rule instead of becoming ``A``),
+    TREC ``qid iter docid rel`` (split on white space, exactly 4 fields). Every id passes the id rule
+    (:func:`r2med.io.ids.check_id`).
     """
     path, problems = lines.path, lines.problems
     name = str(path)
-    if path.suffix in (".jsonl", ".json"):
+    if qrels_format(path, None) == "jsonl":
         for number, row in iter_jsonl(lines):
             missing = [key for key in ("q_id", "p_id", "score") if key not in row]
             if missing:
@@ -144,19 +182,35 @@ def iter_qrels_lines(lines: HashingLines) -> Iterator[tuple[int, str, str, int]]
             if qid is not None and did is not None and rel is not None:
                 yield number, qid, did, rel
         return
+    fmt: str | None = None
     for number, text in lines:
-        fields = text.split()
-        if not fields:
-            continue
-        if number == 1 and fields[0].lower() in {"query-id", "query_id", "qid", "q_id"}:
-            continue  # BEIR header
-        if len(fields) == 4:
-            qid, _, did, grade = fields
-        elif len(fields) == 3:
+        if fmt is None:
+            if not text.strip():
+                continue
+            fmt = qrels_format(path, text)
+            if _is_header(text):
+                continue  # a header line (BEIR's)
+        if fmt == "tsv":
+            fields = _split_tsv(text)
+            if fields is None:
+                continue
+            if len(fields) != 3:
+                problems.error(name, number, f"expected 3 tab-separated fields 'query-id<TAB>corpus-id<TAB>score' (BEIR TSV), "
+                                             f"got {len(fields)}: {text.rstrip()!r}; separate the fields with one tab each")
+                continue
             qid, did, grade = fields
         else:
-            problems.error(name, number, f"expected 'qid 0 docid relevance' (TREC) or 'qid docid relevance' (BEIR TSV), got {len(fields)} fields")
-            continue
+            split = text.split()
+            if not split:
+                continue
+            if len(split) != 4:
+                hint = ("; a 3-column file is BEIR TSV: name it .tsv (tab-separated) or start it with the header "
+                        "'query-id<TAB>corpus-id<TAB>score'") if len(split) == 3 else ""
+                problems.error(name, number, f"expected 4 fields 'qid 0 docid relevance' (TREC qrels), got {len(split)}{hint}")
+                continue
+            qid, _, did, grade = split
+        qid_ok = check_id(qid, field="query id", path=name, line=number, problems=problems)
+        did_ok = check_id(did, field="document id", path=name, line=number, problems=problems)
         rel = coerce_relevance(grade, path=name, line=number, problems=problems)
-        if rel is not None:
+        if qid_ok is not None and did_ok is not None and rel is not None:
             yield number, qid, did, rel

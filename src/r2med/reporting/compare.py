@@ -254,12 +254,14 @@ def comparison_rows(cmp: Comparison) -> tuple[list[str], list[list[str]]]:
 
 
 def format_comparison(cmp: Comparison, fmt: str = "md") -> str:
-    """The comparison as a Markdown table with a legend (``md``) or as JSON (``json``, unrounded)."""
+    """The comparison as a Markdown table with a legend (``md``; labels, datasets and notes HTML-escaped)
+    or as JSON (``json``, unrounded)."""
     if fmt == "json":
         return json.dumps(comparison_dict(cmp), indent=2, ensure_ascii=False)
-    from r2med.reporting.tables import markdown_table
+    from r2med.reporting.tables import markdown_table, md_text
 
     headers, body = comparison_rows(cmp)
+    body = [[md_text(row[0]), *row[1:-1], md_text(row[-1])] for row in body]  # dataset and note: text; the rest numbers
     t = next((r.test for r in cmp.datasets if r.test), cmp.pooled)
     method = (f"; {t.n_resamples} resamples, seed {t.seed}, bootstrap {t.ci_method}" if t else "")
     legend = (f"{cmp.metric} x100, paired by query id. perm p: paired randomization test; Holm p: perm p adjusted "
@@ -267,10 +269,10 @@ def format_comparison(cmp: Comparison, fmt: str = "md") -> str:
               f"CI: paired bootstrap of the mean difference{method}; W/T/L: queries where A is above/equal/below B.")
     if t is None:
         legend = f"{cmp.metric} x100. A-B: difference of the aggregate numbers; no paired test was possible."
-    lines = [f"A = {cmp.a}", f"B = {cmp.b}", "",
+    lines = [f"A = {md_text(cmp.a)}", f"B = {md_text(cmp.b)}", "",
              markdown_table(headers, body, align_right=[False] + [True] * 9 + [False]), "", legend]
     if cmp.pooled_reason:
-        lines.append(f"Pooled: {cmp.pooled_reason}.")
+        lines.append(f"Pooled: {md_text(cmp.pooled_reason)}.")
     return "\n".join(lines)
 
 

@@ -18,8 +18,6 @@ published 5-decimal values that is the arithmetic the paper's table shows (e.g. 
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import logging
 import math
@@ -33,7 +31,7 @@ from r2med.errors import InvalidInputError, MissingResourceError, UsageError
 from r2med.reporting.official import display_name, normalise_metric, normalise_metrics, published_systems
 from r2med.reporting.paths import system_path
 from r2med.reporting.render import render_template
-from r2med.reporting.tables import markdown_table, pct
+from r2med.reporting.tables import csv_text, markdown_table, md_text, pct
 
 logger = logging.getLogger(__name__)
 
@@ -226,24 +224,25 @@ def legend_text(metric: str) -> str:
 
 
 def to_markdown(rows: Sequence[Row], metric: str) -> str:
+    """The table in Markdown; names, paths, sources and notes are HTML-escaped (:func:`md_text`)."""
     data = board(rows, metric)
     headers = ["#", "system", "path", "source", *data["datasets"], "Avg", "coverage"]
-    body = [[r["rank"], r["name"], r["system"], r["source"], *[c for c, _ in r["cells"]], r["coverage"]] for r in data["rows"]]
+    body = [[r["rank"], md_text(r["name"]), md_text(r["system"]), md_text(r["source"]), *[c for c, _ in r["cells"]],
+             r["coverage"]] for r in data["rows"]]
     right = [True, False, False, False] + [True] * (len(data["datasets"]) + 2)
     lines = [markdown_table(headers, body, align_right=right), "", legend_text(data["metric"])]
-    lines += [f"Note, {who}: {text}" for who, text in data["notes"].items()]
+    lines += [f"Note, {md_text(who)}: {md_text(text)}" for who, text in data["notes"].items()]
     return "\n".join(lines)
 
 
 def to_csv(rows: Sequence[Row], metric: str) -> str:
+    """The table as CSV (:func:`csv_text`): formula-looking text made inert, numbers kept, RFC 4180 quoting."""
     data = board(rows, metric)
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(["rank", "system", "path", "source", *data["datasets"], "average", "coverage"])
+    table: list[list[object]] = [["rank", "system", "path", "source", *data["datasets"], "average", "coverage"]]
     for r in data["rows"]:
-        writer.writerow([r["rank"], r["name"], r["system"], r["source"], *[("" if c == "-" else c) for c, _ in r["cells"]],
-                         r["coverage"]])
-    return out.getvalue()
+        table.append([r["rank"], r["name"], r["system"], r["source"], *[("" if c == "-" else c) for c, _ in r["cells"]],
+                      r["coverage"]])
+    return csv_text(table)
 
 
 def to_json(rows: Sequence[Row], metric: str) -> str:

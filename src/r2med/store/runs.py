@@ -11,6 +11,7 @@ from typing import IO
 
 from r2med.errors import InvalidInputError, MissingResourceError, UsageError
 from r2med.io.atomic import write_atomic
+from r2med.io.ids import check_id, id_problem
 from r2med.io.problems import Problems
 from r2med.io.readers import HashingLines, coerce_id, iter_jsonl
 from r2med.types import Run
@@ -23,7 +24,11 @@ def _score(value: object, *, path: str, line: int, problems: Problems) -> float 
         problems.error(path, line, f"score {value!r} is not a number")
         return None
     if math.isnan(score):
-        problems.error(path, line, "score is NaN")
+        problems.error(path, line, f"score {value!r} is NaN; every score must be a finite number (fix or drop the line)")
+        return None
+    if math.isinf(score):
+        problems.error(path, line, f"score {value!r} is infinite; every score must be a finite number "
+                                   "(normalisation and fusion of an infinite score give NaN): fix or drop the line")
         return None
     return score
 
@@ -46,8 +51,10 @@ def _read_trec(lines: HashingLines, run: Run) -> None:
             problems.error(name, number, f"expected 6 fields 'qid Q0 docid rank score tag', got {len(fields)}")
             continue
         qid, _, did, _, raw_score, tag = fields
+        ok_q = check_id(qid, field="qid", path=name, line=number, problems=problems)
+        ok_d = check_id(did, field="docid", path=name, line=number, problems=problems)
         score = _score(raw_score, path=name, line=number, problems=problems)
-        if score is not None:
+        if score is not None and ok_q is not None and ok_d is not None:
             run.name = tag
             _add(run, qid, did, score, path=name, line=number, problems=problems)
 
@@ -86,7 +93,12 @@ def sniff_is_jsonl(path: Path) -> bool:
 
 
 def read_run(path: Path) -> Run:
-    """Read a TREC run or a top-k JSONL (detected from the content); InvalidInputError lists every bad line."""
+    """Read a TREC run or a top-k JSONL (detected from the content); InvalidInputError lists every bad line.
+
+    Every id passes the id rule (:mod:`r2med.io.ids`) and every score must be a finite number (NaN and
+    infinity are rejected with file:line). The rank column of a TREC run is not used: the ranking is the
+    scores' (:meth:`Run.ranked`), as trec_eval reads it.
+    """
     path = Path(path)
     if not path.is_file():
         raise MissingResourceError(f"{path}: run file not found")
@@ -101,16 +113,36 @@ def read_run(path: Path) -> Run:
     return run
 
 
-def _check_ids(run: Run) -> None:
+def _check_writable(run: Run) -> None:
+    """Ids a TREC line holds (the id rule of :mod:`r2med.io.ids`) and finite scores, or an error naming them."""
     for qid, docs in run.items():
         for value in (qid, *docs):
-            if not value or any(ch.isspace() for ch in value):
-                raise UsageError(f"id {value!r} is empty or contains white space; it cannot be written to a TREC run")
+            problem = id_problem(value)
+            if problem is not None:
+                raise UsageError(f"id {value!r} {problem}; it cannot be written to a TREC run")
+        for did, score in docs.items():
+            if not math.isfinite(score):
+                raise InvalidInputError(f"query {qid!r}, document {did!r}: score {score!r} is not finite; "
+                                        "a run holds finite scores only")
 
 
 def write_trec_run(run: Run, path: Path, *, tag: str | None = None) -> Path:
-    """Write ``run`` in TREC format, rank order as ``Run.ranked``; scores with full float precision."""
-    _check_ids(run)
+    """Write ``run`` in TREC format; scores with full float precision (``repr``, read back exactly).
+
+    The written ranking is the evaluated ranking: each query's documents are written in trec_eval's
+    order (:meth:`Run.ranked`: score descending, equal scores by document id descending, the order
+    pytrec_eval and ``r2med evaluate`` score), with ranks 1..n, so the rank column, the line order and
+    the scores all tell the same ranking. Ids must pass the id rule (UsageError otherwise) and scores
+    must be finite (InvalidInputError otherwise).
+
+    >>> import tempfile
+    >>> path = Path(tempfile.mkdtemp()) / "x.run"
+    >>> print(write_trec_run(Run({"q": {"a": 1.0, "c": 2.0, "b": 1.0}}), path, tag="t").read_text(), end="")
+    q Q0 c 1 2.0 t
+    q Q0 b 2 1.0 t
+    q Q0 a 3 1.0 t
+    """
+    _check_writable(run)
     label = (tag or run.name or "r2med").replace(" ", "_")
 
     def body(handle: IO[str]) -> None:
@@ -122,7 +154,12 @@ def write_trec_run(run: Run, path: Path, *, tag: str | None = None) -> Path:
 
 
 def write_topk_jsonl(run: Run, path: Path, *, k: int | None = None) -> Path:
-    """Write ``run`` as the official top-k JSONL (first ``k`` documents of each query when given)."""
+    """Write ``run`` as the official top-k JSONL (first ``k`` documents of each query when given).
+
+    Pairs are in trec_eval's order, as :func:`write_trec_run` writes them (:meth:`Run.ranked`: score
+    descending, ties by document id descending); the cut at ``k`` keeps the documents trec_eval ranks first.
+    """
+    _check_writable(run)
 
     def body(handle: IO[str]) -> None:
         for qid in run:
