@@ -86,4 +86,25 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as exc:  # the last resort: a file system or network failure nothing above turned into an R2MedError
+        if args.verbose:
+            import traceback
+
+            traceback.print_exc(file=sys.stderr)
+        hint = "" if args.verbose else " (run with -v for the traceback)"
+        print(f"r2med: error: {os_error_message(exc)}{hint}", file=sys.stderr)
+        return 4 if isinstance(exc, FileNotFoundError) else 6
+
+
+def os_error_message(exc: OSError) -> str:
+    """``<reason>: <file>`` (``<file> -> <file2>`` for a rename) of an ``OSError``.
+
+    >>> os_error_message(PermissionError(13, "Permission denied", "/data/x.json"))
+    'Permission denied: /data/x.json'
+    >>> os_error_message(OSError("connection reset"))
+    'connection reset'
+    """
+    where = " -> ".join(str(name) for name in (exc.filename, exc.filename2) if name is not None)
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    return f"{reason}: {where}" if where else reason
 
