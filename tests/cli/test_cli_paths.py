@@ -59,3 +59,16 @@ def test_run_reranker_llm_name_in_spec_file_is_invalid_input(cli, tmp_path):
     result = cli("run", "--config", spec, "--no-cache")
     assert result.code == 5
     assert f"{spec} [reranker] llm_name '../x' cannot be used as a folder or file name: it contains '/'" in result.err
+
+
+def test_expand_llm_name_is_used_as_given_or_refused(cli, tmp_path, isolated_home):
+    base = ["expand", "--method", "hyde", "--llm-model", "m", "--base-url", "http://127.0.0.1:9/v1",
+            "--data-dir", DATA / "tiny"]
+    result = cli(*base, "--llm-name", "../x")
+    assert result.code == 2
+    assert "r2med: error: --llm-name '../x' cannot be used as a folder or file name: it contains '/'" in result.err
+    result = cli(*base, "--llm-name", "my model")
+    assert result.code == 2
+    assert ("r2med: error: --llm-name 'my model' would be stored as 'my_model', which 'r2med run --expansion "
+            "hyde/my model' cannot find; pass --llm-name my_model") in result.err
+    assert not (isolated_home / "expansions").exists()
