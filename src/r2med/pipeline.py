@@ -15,6 +15,7 @@ from collections.abc import Callable
 from r2med.config import PipelineSpec
 from r2med.datasets import dataset_loaders
 from r2med.errors import UsageError
+from r2med.io.dirs import check_output_dir, usable_cache_dir
 from r2med.settings import Settings, get_settings
 from r2med.stages import DatasetResult, FirstStage, Fuse, Rerank, Retrieve, Stage, run_stage
 from r2med.stages.retrieve import Expansion
@@ -35,7 +36,8 @@ def run_pipeline(
     ``progress`` shows progress bars; ``on_result(system path, result)`` is called after each dataset.
     """
     settings = settings or get_settings()
-    cache_dir = settings.home if spec.cache else None
+    check_output_dir(spec.output)  # a file, under a file or unwritable: an error now, not after the work
+    cache_dir = usable_cache_dir(settings.home) if spec.cache else None
     n_stages = max(len(spec.retrievers), 1) + (spec.fusion is not None) + (spec.reranker is not None)
     named = dataset_loaders(list(spec.datasets) if spec.datasets else None, data_dir=spec.data_dir, settings=settings,
                             keep=n_stages > 1)

@@ -18,12 +18,12 @@ made on the 5-decimal values the result files hold; a difference larger than ``t
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from r2med.errors import InvalidInputError, MissingResourceError, UsageError
+from r2med.io.jsonsafe import loads
 from r2med.store.results import SystemPath
 
 if TYPE_CHECKING:
@@ -111,7 +111,7 @@ def load_reference(path: Path, system: str, metric: str) -> dict[str, float]:
     if not path.is_file():
         raise MissingResourceError(f"--reference {path}: file not found")
     try:
-        raw: Any = json.loads(path.read_text(encoding="utf-8"))
+        raw: Any = loads(path.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidInputError(f"{path}: not valid JSON ({exc})") from None
     if isinstance(raw, dict) and isinstance(raw.get("results"), dict):

@@ -11,8 +11,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import signal
 import sys
+import threading
 from collections.abc import Sequence
+from typing import Any
 
 from r2med import __version__
 from r2med.errors import R2MedError
@@ -60,13 +63,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.quiet, args.verbose = getattr(args, "quiet", False), getattr(args, "verbose", False)
     saved = (logger.level, logger.propagate)
     _configure_logging(logging.ERROR if args.quiet else logging.INFO if args.verbose else logging.WARNING)
+    previous = _stop_on_sigterm()
     try:
         return _dispatch(parser, args)
-    finally:  # called in-process (tests, notebooks): leave the r2med logger as it was
+    finally:  # called in-process (tests, notebooks): leave the r2med logger and the SIGTERM handler as they were
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
         for handler in [h for h in logger.handlers if isinstance(h, _CliHandler)]:
             logger.removeHandler(handler)
         logger.setLevel(saved[0])
         logger.propagate = saved[1]
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _stop_on_sigterm() -> Any:
+    """Make SIGTERM (``kill``, a job scheduler's stop) interrupt like Ctrl-C, so that what is running stops cleanly
+    (worker processes terminated, atomic writes rolled back); returns the handler to restore, or ``None`` when
+    none was installed (not the main thread, or no SIGTERM on this platform)."""
+    if not hasattr(signal, "SIGTERM") or threading.current_thread() is not threading.main_thread():
+        return None
+    previous = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, _interrupt)
+    return previous if previous is not None else signal.SIG_DFL  # None: set outside Python; restore the default
 
 
 def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
@@ -86,4 +107,25 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as exc:  # the last resort: a file system or network failure nothing above turned into an R2MedError
+        if args.verbose:
+            import traceback
+
+            traceback.print_exc(file=sys.stderr)
+        hint = "" if args.verbose else " (run with -v for the traceback)"
+        print(f"r2med: error: {os_error_message(exc)}{hint}", file=sys.stderr)
+        return 4 if isinstance(exc, FileNotFoundError) else 6
+
+
+def os_error_message(exc: OSError) -> str:
+    """``<reason>: <file>`` (``<file> -> <file2>`` for a rename) of an ``OSError``.
+
+    >>> os_error_message(PermissionError(13, "Permission denied", "/data/x.json"))
+    'Permission denied: /data/x.json'
+    >>> os_error_message(OSError("connection reset"))
+    'connection reset'
+    """
+    where = " -> ".join(str(name) for name in (exc.filename, exc.filename2) if name is not None)
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    return f"{reason}: {where}" if where else reason
 

@@ -121,6 +121,14 @@ def cmd_expand(args: argparse.Namespace) -> int:
     from r2med.settings import get_secret, get_settings
 
     quiet = getattr(args, "quiet", False)
+    if args.llm_name is not None:  # the folder name, used as given: r2med run --expansion METHOD/<llm-name> finds it
+        from r2med.io.names import check_name
+
+        check_name(args.llm_name, what="--llm-name", fix="use a plain name such as 'qwen-7b'")
+        if llm_dir_name(args.llm_name) != args.llm_name:
+            raise UsageError(f"--llm-name {args.llm_name!r} would be stored as {llm_dir_name(args.llm_name)!r}, which "
+                             f"'r2med run --expansion {args.method}/{args.llm_name}' cannot find; "
+                             f"pass --llm-name {llm_dir_name(args.llm_name)}")
     settings = get_settings()
     base_url = args.base_url or settings.openai_base_url
     if not base_url:

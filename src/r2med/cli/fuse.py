@@ -10,9 +10,17 @@ from r2med.cli.args import csv_list as _csv
 
 
 def cmd_fuse(args: argparse.Namespace) -> int:
+    from r2med.errors import UsageError
     from r2med.fusion import fuse
+    from r2med.io.dirs import dir_problem
     from r2med.store.runs import read_run, write_trec_run
 
+    if args.output.is_dir():
+        raise UsageError(f"--output {args.output} is a directory; name the fused run file, "
+                         f"e.g. --output {args.output / 'fused.run'}")
+    problem = dir_problem(args.output.parent)
+    if problem is not None:
+        raise UsageError(f"--output {args.output}: {problem}; name a run file in a writable directory")
     runs = [read_run(path) for path in args.runs]
     options: dict[str, object] = {"depth": args.top_k}
     if args.method == "rrf":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -11,7 +12,8 @@ from r2med.datasets.catalog import catalog, resolve_names
 from r2med.datasets.hub import download
 from r2med.datasets.local import find_layout, has_dataset_files, is_dataset_dir, load_dir, missing_files
 from r2med.datasets.model import Dataset
-from r2med.errors import MissingResourceError
+from r2med.errors import InvalidInputError, MissingResourceError
+from r2med.io.names import check_dataset_name
 from r2med.settings import Settings, get_settings
 
 logger = logging.getLogger(__name__)
@@ -21,28 +23,39 @@ def _canonical_or_none(name: str) -> str | None:
     return catalog().canonical(name) if name in catalog() else None
 
 
+_FIX = "rename the directory"
+
+
 def local_dataset_dirs(data_dir: Path, names: list[str] | None = None) -> list[tuple[str, Path]]:
     """``(dataset name, directory)`` pairs under ``data_dir``.
 
     ``data_dir`` is one dataset (it holds ``corpus.jsonl``) or a directory of datasets named after
     them (public names or the authors' old names, any case). Without ``names`` (or with ``all``),
     every dataset directory found is returned, R2MED's in the paper's order first.
+
+    Each name becomes the stem of the result files (``<Dataset>.json``), so it must be a usable file name
+    (``r2med.io.names``: no reserved suffix such as ``.manifest``). Two directories of the selected
+    datasets that hold the same dataset (``Biology``, ``biology``, ``Stack-Biology``) or names that differ
+    only in case are an error listing them: one would silently be dropped, or overwrite the other's results.
     """
     data_dir = Path(data_dir)
     if not data_dir.is_dir():
         raise MissingResourceError(f"--data-dir {data_dir}: no such directory")
     want_all = not names or [n.lower() for n in names] == ["all"]
     if is_dataset_dir(data_dir):
-        name = _canonical_or_none(data_dir.name) or data_dir.name
-        if not want_all and all(_canonical_or_none(n) != name and n != data_dir.name for n in names or []):
+        folder = data_dir.name or Path(os.path.abspath(data_dir)).name  # "." names the directory it stands for
+        name = _canonical_or_none(folder) or folder
+        if not want_all and all(_canonical_or_none(n) != name and n != folder for n in names or []):
             raise MissingResourceError(f"--data-dir {data_dir} holds one dataset ({name}), not {', '.join(names or [])}")
+        check_dataset_name(name, what=f"--data-dir {data_dir}: the dataset directory", fix=_FIX,
+                           error=InvalidInputError)
         return [(name, data_dir)]
-    found: dict[str, Path] = {}
+    found: dict[str, list[Path]] = {}
     incomplete: dict[str, Path] = {}
     for child in sorted(p for p in data_dir.iterdir() if p.is_dir()):
         key = _canonical_or_none(child.name) or child.name
         if is_dataset_dir(child):
-            found.setdefault(key, child)
+            found.setdefault(key, []).append(child)
         elif has_dataset_files(child):
             incomplete.setdefault(key, child)
     if not found and has_dataset_files(data_dir):
@@ -57,17 +70,18 @@ def local_dataset_dirs(data_dir: Path, names: list[str] | None = None) -> list[t
             )
         for path in incomplete.values():
             logger.warning("skipped %s", missing_files(path))
-        return [(name, found[name]) for name in order]
-    pairs = []
-    for name in names or []:
-        key = _canonical_or_none(name) or name
-        if key not in found and key in incomplete:
-            find_layout(incomplete[key])  # raises, naming the missing file
-        if key not in found:
-            have = ", ".join(found) or "none"
-            raise MissingResourceError(f"--data-dir {data_dir}: no directory for dataset '{name}' (found: {have})")
-        pairs.append((key, found[key]))
-    return pairs
+    else:
+        order = []
+        for name in names or []:
+            key = _canonical_or_none(name) or name
+            if key not in found and key in incomplete:
+                find_layout(incomplete[key])  # raises, naming the missing file
+            if key not in found:
+                have = ", ".join(found) or "none"
+                raise MissingResourceError(f"--data-dir {data_dir}: no directory for dataset '{name}' (found: {have})")
+            order.append(key)
+    _check_selected(data_dir, {name: found[name] for name in order})
+    return [(name, found[name][0]) for name in order]
 
 
 def load_datasets(

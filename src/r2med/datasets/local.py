@@ -10,11 +10,13 @@ may stand in for ``qrels.jsonl``.
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from r2med.datasets.model import Dataset
 from r2med.errors import InvalidInputError, MissingResourceError
+from r2med.io.names import name_problem
 from r2med.io.problems import Problems
 from r2med.io.readers import HashingLines, coerce_id, iter_jsonl, iter_qrels_lines
 from r2med.types import Qrels
@@ -238,6 +240,11 @@ def scan_dir(path: Path, name: str | None = None) -> tuple[Dataset | None, Probl
     path = Path(path)
     layout = find_layout(path)
     problems = Problems()
+    name = name or path.name or Path(os.path.abspath(path)).name
+    problem = name_problem(name, dataset=True)
+    if problem is not None:  # the name is the stem of every result file (r2med.io.names)
+        problems.error(str(path), None, f"the dataset name {name!r} cannot be used as a file name: {problem}; "
+                                        "rename the directory")
     corpus_lines = HashingLines(layout.corpus, problems)
     query_lines = HashingLines(layout.queries, problems)
     qrels_lines = HashingLines(layout.qrels, problems)
@@ -256,7 +263,7 @@ def scan_dir(path: Path, name: str | None = None) -> tuple[Dataset | None, Probl
     if problems.errors:
         return None, problems
     dataset = Dataset(
-        name=name or path.name,
+        name=name,
         doc_ids=doc_ids,
         doc_texts=doc_texts,
         queries=queries,

@@ -29,6 +29,7 @@ from r2med.expansion import prompts
 from r2med.expansion.methods import gar_method, method_names
 from r2med.http import safe_url
 from r2med.io.atomic import write_atomic, write_text_atomic
+from r2med.io.names import check_name
 from r2med.llm import reasoning
 from r2med.llm.cache import ResponseCache
 from r2med.llm.client import Budget, BudgetExceeded, ChatClient, ChatJob, ChatResult, SamplingParams, Usage, request_key
@@ -55,7 +56,7 @@ def llm_dir_name(name: str) -> str:
     safe = _UNSAFE.sub("_", name.strip()).strip("._-+")
     if not safe:
         raise UsageError(f"LLM name {name!r} has no usable characters for a directory name; pass --llm-name")
-    return safe
+    return check_name(safe, what=f"the folder name of LLM {name[:60]!r}", fix="pass a shorter --llm-name")
 
 
 def expansion_dir(settings: Settings, dataset_name: str, method: str, llm_name: str) -> Path:
@@ -65,6 +66,8 @@ def expansion_dir(settings: Settings, dataset_name: str, method: str, llm_name: 
     >>> expansion_dir(get_settings({"R2MED_HOME": "/h"}), "Biology", "hyde", "Qwen/Qwen2.5-7B").as_posix()
     '/h/expansions/Biology/hyde/Qwen_Qwen2.5-7B'
     """
+    check_name(dataset_name, what="the dataset name")
+    check_name(method, what="the GAR method name")
     return settings.home / "expansions" / dataset_name / method / llm_dir_name(llm_name)
 
 

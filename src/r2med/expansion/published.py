@@ -24,6 +24,7 @@ from r2med.datasets.catalog import catalog
 from r2med.datasets.model import Dataset
 from r2med.errors import InvalidInputError, MissingResourceError, UsageError
 from r2med.expansion.methods import method_names
+from r2med.io.names import check_name
 from r2med.io.problems import Problems
 from r2med.io.readers import HashingLines, coerce_id, iter_jsonl
 from r2med.settings import Settings, get_settings
@@ -74,6 +75,8 @@ def parse_expansion_spec(text: str) -> tuple[str, str]:
             f"--expansion {text!r}: expected METHOD/LLM such as hyde/o3-mini or query2doc/gpt4 "
             f"(methods published by the authors: {', '.join(PUBLISHED_METHODS)})"
         )
+    for part in parts:  # each names a folder: gar/<method>/<llm>/...
+        check_name(part, what=f"--expansion {text!r}: the part")
     return parts[0], parts[1]
 
 
@@ -122,6 +125,8 @@ def read_expansions(path: Path, *, method: str, llm: str) -> Expansions:
 
 def generated_dir(settings: Settings, dataset: str, method: str, llm: str) -> Path:
     """Where ``r2med expand`` writes (and ``r2med run --expansion`` finds) generated expansions."""
+    for role, name in (("dataset", dataset), ("GAR method", method), ("LLM", llm)):
+        check_name(name, what=f"the {role} name")
     return settings.home / "expansions" / dataset / method / llm
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from r2med.errors import MissingResourceError
 from r2med.io.ids import check_id
+from r2med.io.jsonsafe import JSONLimitError, loads
 from r2med.io.problems import Problems
 
 
@@ -41,8 +42,12 @@ def coerce_id(value: Any, *, field: str, path: str, line: int, problems: Problem
     return None
 
 
+#: pytrec_eval reads relevance grades as C ints; a grade past 32 bits wraps (2**32 becomes 0) or crashes it
+RELEVANCE_LIMIT = 2**31
+
+
 def coerce_relevance(value: Any, *, path: str, line: int, problems: Problems) -> int | None:
-    """A relevance grade as an int (the official loader does ``int(score)``).
+    """A relevance grade as an int (the official loader does ``int(score)``), within 32 bits.
 
     >>> p = Problems()
     >>> coerce_relevance("2", path="q", line=1, problems=p), coerce_relevance(1.0, path="q", line=2, problems=p)
@@ -50,19 +55,32 @@ def coerce_relevance(value: Any, *, path: str, line: int, problems: Problems) ->
     >>> coerce_relevance(0.5, path="q", line=3, problems=p), p.errors
     (None, ['q:3: relevance must be an integer, got 0.5'])
     """
+    grade: int | None = None
     if isinstance(value, bool):
-        value = int(value)
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str):
+        grade = int(value)
+    elif isinstance(value, int):
+        grade = value
+    elif isinstance(value, float) and value.is_integer():
+        grade = int(value)
+    elif isinstance(value, str):
+        text = value.strip()
         try:
-            return int(value.strip())
+            grade = int(text)
         except ValueError:
-            pass
-    problems.error(path, line, f"relevance must be an integer, got {value!r}")
-    return None
+            if text.lstrip("+-").isdigit():  # past Python's digit limit: far past 32 bits
+                digits = text.lstrip("+-")
+                return _too_big(f"{text[:10]}...{text[-10:]} ({len(digits)} digits)", path, line, problems)
+    if grade is None:
+        problems.error(path, line, f"relevance must be an integer, got {value!r:.60}")
+        return None
+    if abs(grade) >= RELEVANCE_LIMIT:
+        return _too_big(str(grade), path, line, problems)
+    return grade
+
+
+def _too_big(shown: str, path: str, line: int, problems: Problems) -> None:
+    problems.error(path, line, f"relevance {shown} does not fit in 32 bits (pytrec_eval reads grades as C ints: "
+                               f"-{RELEVANCE_LIMIT - 1} to {RELEVANCE_LIMIT - 1}); use small grades such as 0, 1, 2")
 
 
 class HashingLines:
@@ -105,7 +123,10 @@ def iter_jsonl(lines: HashingLines) -> Iterator[tuple[int, dict[str, Any]]]:
             problems.count("blank", name, number, "blank lines skipped")
             continue
         try:
-            row = json.loads(text)
+            row = loads(text)
+        except JSONLimitError as exc:
+            problems.error(name, number, f"{exc}; fix or remove the line")
+            continue
         except json.JSONDecodeError as exc:
             snippet = text.strip()
             snippet = snippet if len(snippet) <= 60 else snippet[:57] + "..."

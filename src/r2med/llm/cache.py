@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from r2med.errors import InvalidInputError
+from r2med.io.jsonsafe import loads
 
 logger = logging.getLogger(__name__)
 
@@ -75,8 +76,8 @@ class ResponseCache:
     @staticmethod
     def _parse(raw: bytes) -> dict[str, Any] | None:
         try:
-            record = json.loads(raw)
-        except ValueError:
+            record = loads(raw)
+        except ValueError:  # malformed, or past Python's limits (JSONLimitError)
             return None
         if not isinstance(record, dict) or not isinstance(record.get("key"), str):
             return None

@@ -27,6 +27,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from r2med.errors import UsageError
+from r2med.io.names import check_name
 from r2med.registry import Registry
 from r2med.rerankers.base import Reranker
 
@@ -90,7 +91,7 @@ def resolve_reranker(name: str) -> RerankerSpec:
     if name in registry:
         return registry.get(name)
     if _looks_like_model(name):
-        return RerankerSpec(name, "cross-encoder", system_name(name), model=name)
+        return RerankerSpec(name, "cross-encoder", system_name(name, flag="--reranker"), model=name)
     try:
         registry.canonical(name)
     except UsageError as exc:
@@ -131,6 +132,10 @@ class RerankerOptions:
     on_error: str = "raise"
     timeout: float = 300.0
     max_retries: int = 5
+
+    def __post_init__(self) -> None:
+        if self.llm_name is not None:  # it becomes part of the results folder (listwise-<llm name>)
+            check_name(self.llm_name, what="--llm-name", fix="name the LLM with a plain name such as 'o3-mini'")
 
 
 def _cross_encoder(spec: RerankerSpec, options: RerankerOptions) -> Reranker:
@@ -173,11 +178,12 @@ def _listwise(spec: RerankerSpec, options: RerankerOptions) -> Reranker:
     base_url = options.base_url or get_settings().openai_base_url or "https://api.openai.com/v1"
     client = ChatClient(options.llm_model, base_url, api_key=options.api_key, timeout=options.timeout,
                         max_retries=options.max_retries)
-    llm = options.llm_name or system_name(options.llm_model)
+    model_folder = system_name(options.llm_model, flag="--llm-model")
+    llm = options.llm_name or model_folder
     params = SamplingParams(options.temperature, options.top_p, options.max_tokens, options.seed)
     cache = None
     if options.cache_dir is not None:
-        cache = ResponseCache(options.cache_dir / "rerank" / "listwise" / f"{system_name(options.llm_model)}.jsonl")
+        cache = ResponseCache(options.cache_dir / "rerank" / "listwise" / f"{model_folder}.jsonl")
     suffix = "+scores" if options.with_scores else ""
     return ListwiseReranker(
         client, name=f"{spec.folder}-{llm}{suffix}", window=options.window, stride=options.stride,

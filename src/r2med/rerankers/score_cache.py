@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from r2med.errors import InvalidInputError
+from r2med.io.jsonsafe import loads
 
 logger = logging.getLogger(__name__)
 
@@ -84,8 +85,8 @@ class ScoreCache:
             if not raw.strip():
                 continue
             try:
-                row = json.loads(raw)
-            except ValueError:
+                row = loads(raw)
+            except ValueError:  # malformed, or past Python's limits (JSONLimitError)
                 row = None
             if isinstance(row, dict) and "k" in row and "s" in row:
                 self._scores[str(row["k"])] = float(row["s"])

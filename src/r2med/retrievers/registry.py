@@ -7,6 +7,7 @@ a builder ``(spec, cache_dir, progress) -> Retriever``. Adding a family is its m
 from __future__ import annotations
 
 import difflib
+import os
 import re
 import tempfile
 from collections.abc import Callable
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from r2med.errors import UsageError
+from r2med.io.names import check_name
 from r2med.retrievers.base import Retriever
 
 
@@ -44,16 +46,25 @@ def _bm25(spec: RetrieverSpec, cache_dir: Path | None, progress: bool) -> Retrie
     return BM25Retriever(variant=spec.bm25_variant, k1=spec.k1, b=spec.b, cache_dir=cache, progress=progress)
 
 
-def system_name(name: str) -> str:
-    """A results-folder name for a model name, directory or hub id.
+def system_name(name: str, *, flag: str = "--retriever") -> str:
+    """A results-folder name for a model name, directory or hub id; UsageError naming ``flag`` when none is usable.
 
     >>> system_name("nv"), system_name("/models/my-model/"), system_name("Qwen/Qwen3-Embedding-0.6B")
     ('nv', 'my-model', 'Qwen__Qwen3-Embedding-0.6B')
+    >>> system_name("/models/my-model/..")
+    'models'
+    >>> system_name("/")
+    Traceback (most recent call last):
+    ...
+    r2med.errors.UsageError: --retriever '/': its results folder name '' cannot be used as a folder or file name: it is empty; pass the model's directory or hub id (its last part names the results folder)
     """
-    path = Path(name.rstrip("/"))
-    if path.is_absolute() or name.startswith((".", "~")):
-        return re.sub(r"[^\w.+-]", "_", path.name)
-    return re.sub(r"[^\w.+-]", "_", name.replace("/", "__"))
+    path = Path(name.rstrip("/") or name).expanduser()
+    if path.is_absolute() or name.startswith((".", "~")):  # "." and ".." name the folders they stand for
+        safe = re.sub(r"[^\w.+-]", "_", Path(os.path.abspath(path)).name)
+    else:
+        safe = re.sub(r"[^\w.+-]", "_", name.replace("/", "__"))
+    return check_name(safe, what=f"{flag} {name!r}: its results folder name",
+                      fix="pass the model's directory or hub id (its last part names the results folder)")
 
 
 def _api_encoder(spec):
@@ -153,6 +164,8 @@ def make_retriever(spec: RetrieverSpec | str, *, cache_dir: Path | None, progres
     """
     if isinstance(spec, str):
         spec = RetrieverSpec(name=spec)
+    if spec.identical_ids not in (None, "drop", "keep"):
+        raise UsageError(f"identical_ids must be 'drop' or 'keep' (or unset: the family's default), got {spec.identical_ids!r}")
     family = next(family for family in FAMILIES if family.matches(spec.name))
     retriever = family.build(spec, cache_dir, progress)
     if spec.identical_ids is not None:  # default: as the official numbers of the family (dense drop, BM25 keep)

@@ -17,10 +17,12 @@ from typing import IO
 
 from r2med.errors import UsageError
 from r2med.io.atomic import write_atomic, write_text_atomic
+from r2med.io.names import check_name
 from r2med.store.runs import write_trec_run
 from r2med.types import Run, Scores
 
 BASE = "base retriever"
+KINDS = (BASE, "gar", "reranker", "fusion")
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,21 @@ class SystemPath:
     llm: str | None = None
     reranker: str | None = None
     top_k: int | None = None
+
+    def __post_init__(self) -> None:
+        """Every name is one folder under the output directory (``r2med.io.names``): ``..``, ``/``, an absolute
+        path or an empty name would put the results somewhere else, so they are refused (UsageError)."""
+        if self.kind not in KINDS:
+            raise UsageError(f"system path kind {self.kind!r} is not one of: {', '.join(KINDS)}")
+        roles = {"system": self.system}
+        if self.kind == "gar":
+            roles.update(method=self.method, llm=self.llm)
+        if self.kind == "reranker":
+            roles["reranker"] = self.reranker
+            if not isinstance(self.top_k, int) or isinstance(self.top_k, bool) or self.top_k < 1:
+                raise UsageError(f"a reranker's top_k must be a positive integer, got {self.top_k!r}")
+        for role, name in roles.items():
+            check_name(name, what=f"the {role} name")
 
     @classmethod
     def base(cls, system: str) -> SystemPath:

@@ -221,3 +221,21 @@ def test_cached_hub_ids_resolve_offline_and_pin_their_commit(tmp_path, monkeypat
     assert model_fingerprint("r2med-tests/st-model", "v1.0") == "v1.0"
     assert model_fingerprint("r2med-tests/not-cached", None) is None
     assert model_fingerprint(str(TINY_BERT), None).startswith("dir:")
+
+
+def test_every_model_that_runs_remote_code_pins_a_commit():
+    """Remote code runs on this machine: a zoo entry with trust_remote_code loads one reviewed commit, never
+    whatever the repo's main branch holds tomorrow."""
+    import re
+
+    remote = [get_model(name) for name in model_names() if get_model(name).trust_remote_code]
+    assert sorted(spec.name for spec in remote) == ["grit", "nv", "reasonir-8b"]
+    for spec in remote:
+        for kind in ("query", "document"):
+            revision = spec.revision_for(kind)
+            assert isinstance(revision, str) and re.fullmatch(r"[0-9a-f]{40}", revision), (spec.name, kind, revision)
+    assert {spec.name: spec.revision for spec in remote} == {
+        "grit": "13f00a0e36500c80ce12870ea513846a066004af",
+        "nv": "7604d305b621f14095a1aa23d351674c2859553a",
+        "reasonir-8b": "c3d0690370ff4a8c3d3882d8dfa85c43650034fa",
+    }

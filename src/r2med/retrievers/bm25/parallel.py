@@ -7,13 +7,24 @@ vocabulary, ids and counts as one pass in one process. Workers are forked, so th
 texts from the parent's memory without copying them; only small arrays and term lists come back.
 Where ``fork`` is not available or not safe (a JVM in the process), or the corpus is small,
 everything runs in this process.
+
+Workers never outlive their parent: each asks the kernel for SIGTERM when the parent dies
+(``prctl(PR_SET_PDEATHSIG)`` on Linux) and runs a watchdog thread that exits when its parent process
+changes (every platform), and the parent terminates them when it is interrupted (Ctrl-C, or SIGTERM,
+which ``r2med`` turns into the same interruption). Workers ignore Ctrl-C themselves: the parent stops them.
 """
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import logging
 import multiprocessing
+import os
+import signal
+import sys
+import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 
@@ -40,6 +51,47 @@ def _work(bounds: tuple[int, int]) -> SliceCounts:
     gc.disable()  # this worker process is ours; its allocations are acyclic lists and strings
     analyzer = _ANALYZER or EnglishAnalyzer()
     return slice_counts(*analyzer.term_ids(_TEXTS[bounds[0]:bounds[1]]))
+
+
+#: prctl option: the signal this process gets when its parent dies (linux/prctl.h)
+PR_SET_PDEATHSIG = 1
+#: seconds between the watchdog's looks at the parent
+WATCH_INTERVAL = 0.25
+
+
+def _worker_init(parent: int) -> None:
+    """Run first in every worker: die with the parent ``parent`` (its pid), leave interruptions to it."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not a handler inherited from the parent (r2med's raises)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent stops the workers
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        except (OSError, AttributeError):  # no libc symbol: the watchdog alone
+            pass
+    if os.getppid() != parent:  # the parent died before the prctl: no signal will come
+        os._exit(1)
+    threading.Thread(target=_watch_parent, args=(parent,), name="r2med-parent-watch", daemon=True).start()
+
+
+def _watch_parent(parent: int) -> None:
+    """Exit this worker once its parent is gone (it is re-parented, so ``getppid`` changes)."""
+    while os.getppid() == parent:
+        time.sleep(WATCH_INTERVAL)
+    os._exit(1)
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """Terminate the pool's workers now (the parent was interrupted) and wait briefly for them."""
+    terminate = getattr(pool, "terminate_workers", None)  # Python 3.14+
+    if callable(terminate):
+        terminate()
+        return
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    for process in processes:
+        process.terminate()
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        process.join(timeout=5)
 
 
 def fork_is_safe() -> bool:
@@ -86,10 +138,16 @@ def analyze_and_count(
     _TEXTS, _ANALYZER = texts, analyzer
     try:
         # a dead worker raises BrokenProcessPool here instead of hanging, as multiprocessing.Pool would
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"), initializer=_worker_init,
+                                   initargs=(os.getpid(),))
+        try:
             for (start, stop), part in zip(bounds, pool.map(_work, bounds)):
                 parts.append(part)
                 report(stop - start)
+        except BaseException:  # interrupted (KeyboardInterrupt, SIGTERM) or failed: no worker keeps running
+            _stop(pool)
+            raise
+        pool.shutdown(wait=True)
     finally:
         _TEXTS, _ANALYZER = (), None
     logger.debug("analysed %d texts in %d slices on %d forked workers", len(texts), len(bounds), workers)
