@@ -1,4 +1,8 @@
-"""Find and load datasets: from ``--data-dir`` (one dataset or a directory of them) or the hub cache."""
+"""Find and load datasets: from ``--data-dir`` (one dataset or a directory of them) or the hub cache.
+
+A dataset from the hub cache is used only when its files still have the sha256 recorded when they were
+downloaded: a changed or damaged file is downloaded again with a warning (offline: an error saying how).
+"""
 
 from __future__ import annotations
 
@@ -8,10 +12,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from r2med.datasets.catalog import catalog, resolve_names
-from r2med.datasets.hub import download
+from r2med.datasets.hub import cached_sha256, download
 from r2med.datasets.local import is_dataset_dir, load_dir
 from r2med.datasets.model import Dataset
-from r2med.errors import MissingResourceError
+from r2med.errors import DamagedFileError, InvalidInputError, MissingResourceError
 from r2med.settings import Settings, get_settings
 
 logger = logging.getLogger(__name__)
@@ -80,8 +84,42 @@ def load_dataset(name: str, *, path: Path | None = None, settings: Settings | No
     settings = settings or get_settings()
     spec = catalog().get(name)
     folder = download(spec, settings)
-    dataset = load_dir(folder, spec.name)
+    try:
+        dataset = _load_cached(spec.name, folder, settings)
+    except DamagedFileError as exc:
+        if settings.hf_offline:
+            raise
+        logger.warning("%s; downloading it again", exc)
+        folder = download(spec, settings, force=True)
+        dataset = _load_cached(spec.name, folder, settings)
     return replace(dataset, revision=spec.revision)
+
+
+def _load_cached(name: str, folder: Path, settings: Settings) -> Dataset:
+    """A dataset of the hub cache, checked against the sha256 of its files recorded at download."""
+    from r2med.datasets.hub import cache_dir
+    from r2med.io.readers import file_sha256
+
+    spec = catalog().get(name)
+    fix = f"download it again: r2med datasets download {name} --force"
+    try:
+        recorded = cached_sha256(spec, settings)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise DamagedFileError(cache_dir(spec, settings), f"its download record cannot be read ({exc})", fix) from exc
+    try:
+        dataset = load_dir(folder, name)
+        actual = dict(dataset.sha256)
+    except InvalidInputError:
+        actual = {file: file_sha256(folder / file) for file in recorded if (folder / file).is_file()}
+        if all(actual.get(file) == sha for file, sha in recorded.items()):
+            raise  # the files are as downloaded: the problem is theirs, not damage
+        dataset = None
+    for file, sha in sorted(recorded.items()):
+        if actual.get(file) != sha:
+            raise DamagedFileError(folder / file, "does not match the sha256 recorded when it was downloaded "
+                                                  "(changed or damaged)", fix)
+    assert dataset is not None
+    return dataset
 
 
 def dataset_loaders(
