@@ -27,14 +27,17 @@ import platform
 import re
 import sys
 import time
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from r2med.errors import DamagedFileError
 from r2med.io.atomic import write_text_atomic
 from r2med.io.digest import Digest
-from r2med.io.verified import verify_file
+from r2med.io.verified import read_verified, verify_file
+
+T = TypeVar("T")
 
 MANIFEST_SUFFIX = ".manifest.json"
 #: packages whose versions can change numbers (reported when installed)
@@ -222,3 +225,37 @@ def verify_result_set(result_json: Path, manifest: dict[str, Any]) -> dict[Path,
         except DamagedFileError as exc:
             raise DamagedFileError(member, f"{exc.reason} ({manifest_path(result_json).name})") from None
     return files
+
+
+def set_of(path: Path) -> Path | None:
+    """The result JSON of the set whose manifest is beside ``path`` (a run, per-query or result file), else None.
+
+    >>> import tempfile
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> _ = (folder / "Biology.manifest.json").write_text("{}")
+    >>> set_of(folder / "Biology.per_query.jsonl") == folder / "Biology.json", set_of(folder / "Other.run")
+    (True, None)
+    """
+    path = Path(path)
+    parts = path.name.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        result_json = path.with_name(".".join(parts[:cut]) + ".json")
+        if manifest_path(result_json).is_file():
+            return result_json
+    return None
+
+
+def read_result_file(path: Path, parse: Callable[[Path], T]) -> T:
+    """``parse(path)`` for a file of a stored result: verified against its set's manifest when one is beside it
+    (DamagedFileError naming the file when the set does not match), read as it is otherwise (official result
+    files, a user's runs)."""
+    result_json = set_of(path)
+    if result_json is None:
+        return parse(path)
+    manifest = load_manifest(result_json)
+    if manifest is None:  # removed in the meantime
+        return parse(path)
+    files = verify_result_set(result_json, manifest)
+    if Path(path) not in files:
+        raise DamagedFileError(path, f"is not a file of the result set {manifest_path(result_json).name} beside it")
+    return read_verified(path, parse, expected=files[Path(path)])
