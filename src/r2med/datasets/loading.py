@@ -106,19 +106,18 @@ def _load_cached(name: str, folder: Path, settings: Settings) -> Dataset:
         recorded = cached_sha256(spec, settings)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise DamagedFileError(cache_dir(spec, settings), f"its download record cannot be read ({exc})", fix) from exc
+    def check(actual: dict[str, str]) -> None:
+        for file, sha in sorted(recorded.items()):
+            if actual.get(file) != sha:
+                raise DamagedFileError(folder / file, "does not match the sha256 recorded when it was downloaded "
+                                                      "(changed or damaged)", fix)
+
     try:
         dataset = load_dir(folder, name)
-        actual = dict(dataset.sha256)
     except InvalidInputError:
-        actual = {file: file_sha256(folder / file) for file in recorded if (folder / file).is_file()}
-        if all(actual.get(file) == sha for file, sha in recorded.items()):
-            raise  # the files are as downloaded: the problem is theirs, not damage
-        dataset = None
-    for file, sha in sorted(recorded.items()):
-        if actual.get(file) != sha:
-            raise DamagedFileError(folder / file, "does not match the sha256 recorded when it was downloaded "
-                                                  "(changed or damaged)", fix)
-    assert dataset is not None
+        check({file: file_sha256(folder / file) for file in recorded if (folder / file).is_file()})
+        raise  # the files are as downloaded: the problem is theirs, not damage
+    check(dict(dataset.sha256))
     return dataset
 
 

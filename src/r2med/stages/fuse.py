@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from r2med.datasets.model import Dataset
+from r2med.io.digest import Digest
 from r2med.store.results import SystemPath, result_files
 from r2med.types import Run
 
@@ -48,7 +49,7 @@ class Fuse:
             runs.append(read_verified(path, read_run, expected=files[path]))
         return fuse(runs, self.method, depth=self.top_k, **self.options)
 
-    def _input(self, system: SystemPath, dataset: Dataset):
+    def _input(self, system: SystemPath, dataset: Dataset) -> tuple[dict[str, Any], dict[Path, Digest]]:
         """An input's manifest and verified files: an unfinished or damaged input is an error saying to rerun it."""
         from r2med.errors import DamagedFileError
         from r2med.stages.stored import stored_input
