@@ -44,6 +44,8 @@ def _files(root: Path) -> dict[str, str]:
                 data = json.loads(text)
                 for key in ("timings_s", "created", "environment"):
                     data.pop(key)
+                # the checksum of the result JSON covers its "evaluation_time", a timing (popped below)
+                data["files"].pop(path.name[: -len(".manifest.json")] + ".json")
                 text = json.dumps(data, sort_keys=True)
             elif path.suffix == ".json":
                 data = json.loads(text)

@@ -1,7 +1,8 @@
 """The r2med error tree: every user-facing failure is one of these.
 
 Each class carries the process exit code the CLI uses (DESIGN.md #9):
-0 ok, 2 usage, 3 missing extra, 4 missing resource, 5 invalid input, 6 provider/runtime failure.
+0 ok, 2 usage, 3 missing extra, 4 missing resource, 5 invalid input (a damaged stored file that cannot be
+recomputed, too), 6 provider/runtime failure (a results directory another r2med process is using, too).
 """
 
 from __future__ import annotations
@@ -59,7 +60,24 @@ class InvalidInputError(R2MedError):
         super().__init__(message)
 
 
+class DamagedFileError(InvalidInputError):
+    """A stored file (result, index, embeddings, scores) that does not match the checksum r2med recorded when it
+    wrote it, or cannot be read back (exit 5). Caches and the runner catch it and recompute; it reaches the user
+    only where r2med cannot recompute the file itself (a stored run another command made)."""
+
+    def __init__(self, path: object, reason: str, fix: str = "") -> None:
+        self.path = str(path)
+        self.reason = reason
+        super().__init__(f"{path}: {reason}" + (f"; {fix}" if fix else ""))
+
+
 class ProviderError(R2MedError):
     """A provider (hub, API, model runtime) failed while working (exit 6)."""
+
+    exit_code = 6
+
+
+class ResultsBusyError(R2MedError):
+    """Another r2med process holds the lock of the results directory (exit 6: a runtime conflict, not bad input)."""
 
     exit_code = 6

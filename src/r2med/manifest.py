@@ -8,6 +8,10 @@ the hardware. Secrets never enter it: any configuration key that looks like a cr
 The configuration hash is also what lets a pipeline resume: a stored result whose manifest has the
 same ``config_sha256`` was made by the same configuration on the same data, so it is reused.
 
+A manifest is the commit record of its result set: it is written last and records the sha256 and size of every
+file of the set (``"files"``: the run, the per-query values, the result JSON, the stage's artifacts).
+``verify_result_set`` checks them all; a set that does not match is not reused, fused or reranked.
+
 >>> config_sha256({"b": 1, "a": [1, 2]}) == config_sha256({"a": [1, 2], "b": 1})
 True
 >>> scrub({"model": "m", "api_key": "sk-...", "nested": {"HF_TOKEN": "x", "k": 1}})
@@ -23,11 +27,17 @@ import platform
 import re
 import sys
 import time
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from r2med.errors import DamagedFileError
 from r2med.io.atomic import write_text_atomic
+from r2med.io.digest import Digest
+from r2med.io.verified import read_verified, verify_file
+
+T = TypeVar("T")
 
 MANIFEST_SUFFIX = ".manifest.json"
 #: packages whose versions can change numbers (reported when installed)
@@ -115,10 +125,15 @@ def build_manifest(
     config: dict[str, Any],
     timings: dict[str, float],
     details: dict[str, Any] | None = None,
+    files: dict[str, Digest] | None = None,
 ) -> dict[str, Any]:
-    """The manifest of one (system, dataset) result; ``dataset`` is an :class:`r2med.datasets.Dataset`."""
+    """The manifest of one (system, dataset) result; ``dataset`` is an :class:`r2med.datasets.Dataset`.
+
+    ``files``: the digest of every file of the result set, by file name (in the manifest's directory).
+    """
     config = scrub(_jsonable(config))
     return {
+        "files": {name: digest.to_json() for name, digest in sorted((files or {}).items())},
         "system": system,
         "dataset": {
             "name": dataset.name,
@@ -149,8 +164,98 @@ def write_manifest(result_json: Path, manifest: dict[str, Any]) -> Path:
 
 def read_manifest(result_json: Path) -> dict[str, Any] | None:
     """The manifest beside a result JSON, or None when absent or unreadable."""
+    try:
+        return load_manifest(result_json)
+    except DamagedFileError:
+        return None
+
+
+def load_manifest(result_json: Path) -> dict[str, Any] | None:
+    """The manifest beside a result JSON; None when there is none; DamagedFileError when it cannot be used.
+
+    Usable: a JSON object whose ``config_sha256`` is the hash of its ``config`` (an edit of either shows).
+    """
     path = manifest_path(result_json)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
         return None
+    except (OSError, ValueError) as exc:
+        raise DamagedFileError(path, f"cannot be read ({exc})") from exc
+    try:
+        manifest = json.loads(text)
+    except ValueError as exc:
+        raise DamagedFileError(path, f"is not valid JSON ({exc})") from exc
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("config"), dict):
+        raise DamagedFileError(path, "is not a manifest (a JSON object with a 'config')")
+    if manifest.get("config_sha256") != config_sha256(manifest["config"]):
+        raise DamagedFileError(path, "does not match: its config_sha256 is not the hash of its config (edited or damaged)")
+    return manifest
+
+
+def result_set_files(result_json: Path, manifest: dict[str, Any]) -> dict[Path, Digest]:
+    """``path -> Digest`` of every file the manifest of ``result_json`` records (DamagedFileError if it records none)."""
+    path = manifest_path(result_json)
+    raw = manifest.get("files")
+    if raw is None:
+        raise DamagedFileError(path, "has no checksums of its files (an older r2med wrote it), so they cannot be verified")
+    if not isinstance(raw, dict) or not raw:
+        raise DamagedFileError(path, "'files' is not a non-empty object of checksums")
+    files = {}
+    for name, entry in raw.items():
+        if not isinstance(name, str) or not name or "/" in name or "\\" in name or name.startswith("."):
+            raise DamagedFileError(path, f"'files' names {name!r}, not a file of this directory")
+        try:
+            files[path.with_name(name)] = Digest.from_json(entry)
+        except ValueError as exc:
+            raise DamagedFileError(path, f"does not match: the checksum of {name} is malformed ({exc})") from exc
+    return files
+
+
+def verify_result_set(result_json: Path, manifest: dict[str, Any]) -> dict[Path, Digest]:
+    """Check every file of a result set against its manifest; returns their digests (DamagedFileError otherwise).
+
+    The error names the file and the manifest, e.g. ``.../Biology.run: does not match the checksum r2med
+    recorded: ... (Biology.manifest.json)``.
+    """
+    files = result_set_files(result_json, manifest)
+    for member, digest in files.items():
+        try:
+            verify_file(member, digest)
+        except DamagedFileError as exc:
+            raise DamagedFileError(member, f"{exc.reason} ({manifest_path(result_json).name})") from None
+    return files
+
+
+def set_of(path: Path) -> Path | None:
+    """The result JSON of the set whose manifest is beside ``path`` (a run, per-query or result file), else None.
+
+    >>> import tempfile
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> _ = (folder / "Biology.manifest.json").write_text("{}")
+    >>> set_of(folder / "Biology.per_query.jsonl") == folder / "Biology.json", set_of(folder / "Other.run")
+    (True, None)
+    """
+    path = Path(path)
+    parts = path.name.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        result_json = path.with_name(".".join(parts[:cut]) + ".json")
+        if manifest_path(result_json).is_file():
+            return result_json
+    return None
+
+
+def read_result_file(path: Path, parse: Callable[[Path], T]) -> T:
+    """``parse(path)`` for a file of a stored result: verified against its set's manifest when one is beside it
+    (DamagedFileError naming the file when the set does not match), read as it is otherwise (official result
+    files, a user's runs)."""
+    result_json = set_of(path)
+    if result_json is None:
+        return parse(path)
+    manifest = load_manifest(result_json)
+    if manifest is None:  # removed in the meantime
+        return parse(path)
+    files = verify_result_set(result_json, manifest)
+    if Path(path) not in files:
+        raise DamagedFileError(path, f"is not a file of the result set {manifest_path(result_json).name} beside it")
+    return read_verified(path, parse, expected=files[Path(path)])

@@ -4,18 +4,21 @@ First stage: each retriever (plain or with the spec's expansion), or stored runs
 then the fusion of the retrievers' runs (``spec.fusion``); then the reranking of the last stage's runs
 (``spec.reranker``). Every stage goes through the one runner (``r2med.stages.run_stage``): it reads from
 and writes to the store (``spec.output``), so rerunning an interrupted or changed pipeline recomputes only
-what is new.
+what is new. The whole pipeline holds the lock of ``spec.output`` (taken when the first dataset is loaded), so
+no other r2med process changes a stage's stored result before a later stage reads it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from pathlib import Path
 
 from r2med.config import PipelineSpec
 from r2med.datasets import dataset_loaders
 from r2med.errors import UsageError
 from r2med.io.dirs import check_output_dir, usable_cache_dir
+from r2med.io.lock import DirectoryLock
 from r2med.settings import Settings, get_settings
 from r2med.stages import DatasetResult, FirstStage, Fuse, Rerank, Retrieve, Stage, run_stage
 from r2med.stages.retrieve import Expansion
@@ -42,11 +45,20 @@ def run_pipeline(
     named = dataset_loaders(list(spec.datasets) if spec.datasets else None, data_dir=spec.data_dir, settings=settings,
                             keep=n_stages > 1)
     loaders = [load for _, load in named]
+    with DirectoryLock(spec.output) as lock:
+        return _run(spec, named, loaders, lock, settings=settings, cache_dir=cache_dir, progress=progress,
+                    resume=resume, on_result=on_result)
+
+
+def _run(spec: PipelineSpec, named: list, loaders: list, lock: DirectoryLock, *, settings: Settings,
+         cache_dir: Path | None, progress: bool, resume: bool,
+         on_result: Callable[[str, DatasetResult], None] | None) -> dict[str, list[DatasetResult]]:
     results: dict[str, list[DatasetResult]] = {}
 
     def run(stage: Stage) -> SystemPath:
         report = (lambda result, where=str(stage.where): on_result(where, result)) if on_result else None
-        results[str(stage.where)] = run_stage(stage, loaders, output=spec.output, resume=resume, on_result=report)
+        results[str(stage.where)] = run_stage(stage, loaders, output=spec.output, resume=resume, on_result=report,
+                                              lock=lock)
         return stage.where
 
     if spec.first_stage is not None:

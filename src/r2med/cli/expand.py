@@ -77,15 +77,16 @@ def register(subparsers: argparse._SubParsersAction, common_parent: argparse.Arg
 
 
 def load_first_stage(path: Path, dataset: str):
-    """The first-stage run for ``dataset``: ``path`` itself (a run file) or ``<path>/<dataset>.run``."""
-    from r2med.store.runs import read_run
+    """The first-stage run for ``dataset``: ``path`` itself (a run file) or ``<path>/<dataset>.run``; a run of a
+    stored result set is read only when the set matches its manifest."""
+    from r2med.stages.stored import read_stored_run
 
     path = Path(path)
     if path.is_file():
-        return read_run(path)
+        return read_stored_run(path, system=path.parent.name)
     candidate = path / f"{dataset}.run"
     if candidate.is_file():
-        return read_run(candidate)
+        return read_stored_run(candidate, system=path.name)
     raise MissingResourceError(
         f"--first-stage {path}: no run for {dataset} (looked for {candidate}); make one with "
         f"'r2med run --retriever bm25 --tasks {dataset}' (writes 'results/base retriever/bm25/{dataset}.run')"

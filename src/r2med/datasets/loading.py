@@ -1,4 +1,8 @@
-"""Find and load datasets: from ``--data-dir`` (one dataset or a directory of them) or the hub cache."""
+"""Find and load datasets: from ``--data-dir`` (one dataset or a directory of them) or the hub cache.
+
+A dataset from the hub cache is used only when its files still have the sha256 recorded when they were
+downloaded: a changed or damaged file is downloaded again with a warning (offline: an error saying how).
+"""
 
 from __future__ import annotations
 
@@ -9,10 +13,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from r2med.datasets.catalog import catalog, resolve_names
-from r2med.datasets.hub import download
+from r2med.datasets.hub import cached_sha256, download
 from r2med.datasets.local import find_layout, has_dataset_files, is_dataset_dir, load_dir, missing_files
 from r2med.datasets.model import Dataset
-from r2med.errors import InvalidInputError, MissingResourceError
+from r2med.errors import DamagedFileError, InvalidInputError, MissingResourceError
 from r2med.io.names import check_dataset_name
 from r2med.settings import Settings, get_settings
 
@@ -84,6 +88,27 @@ def local_dataset_dirs(data_dir: Path, names: list[str] | None = None) -> list[t
     return [(name, found[name][0]) for name in order]
 
 
+def _check_selected(data_dir: Path, selected: dict[str, list[Path]]) -> None:
+    """InvalidInputError when a selected dataset has several directories, two names differ only in case, or a
+    name cannot be a result file's stem."""
+    for name, folders in selected.items():
+        if len(folders) > 1:
+            listed = ", ".join(repr(f.name) for f in folders)
+            raise InvalidInputError(f"--data-dir {data_dir}: the directories {listed} all hold dataset {name!r}; "
+                                    "keep one of them (move or rename the others)")
+    by_case: dict[str, list[str]] = {}
+    for name in selected:
+        by_case.setdefault(name.casefold(), []).append(name)
+    for same in by_case.values():
+        if len(same) > 1:
+            listed = ", ".join(repr(selected[n][0].name) for n in sorted(same))
+            raise InvalidInputError(f"--data-dir {data_dir}: the directories {listed} all hold dataset names that "
+                                    "differ only in case; their result files would overwrite each other on a "
+                                    "case-insensitive file system; rename one of them")
+    for name, folders in selected.items():
+        check_dataset_name(name, what=f"--data-dir {data_dir}: the dataset directory", fix=_FIX, error=InvalidInputError)
+
+
 def load_datasets(
     names: list[str] | None = None, *, data_dir: Path | None = None, settings: Settings | None = None
 ) -> list[Dataset]:
@@ -107,8 +132,41 @@ def load_dataset(name: str, *, path: Path | None = None, settings: Settings | No
     settings = settings or get_settings()
     spec = catalog().get(name)
     folder = download(spec, settings)
-    dataset = load_dir(folder, spec.name)
+    try:
+        dataset = _load_cached(spec.name, folder, settings)
+    except DamagedFileError as exc:
+        if settings.hf_offline:
+            raise
+        logger.warning("%s; downloading it again", exc)
+        folder = download(spec, settings, force=True)
+        dataset = _load_cached(spec.name, folder, settings)
     return replace(dataset, revision=spec.revision)
+
+
+def _load_cached(name: str, folder: Path, settings: Settings) -> Dataset:
+    """A dataset of the hub cache, checked against the sha256 of its files recorded at download."""
+    from r2med.datasets.hub import cache_dir
+    from r2med.io.readers import file_sha256
+
+    spec = catalog().get(name)
+    fix = f"download it again: r2med datasets download {name} --force"
+    try:
+        recorded = cached_sha256(spec, settings)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise DamagedFileError(cache_dir(spec, settings), f"its download record cannot be read ({exc})", fix) from exc
+    def check(actual: dict[str, str]) -> None:
+        for file, sha in sorted(recorded.items()):
+            if actual.get(file) != sha:
+                raise DamagedFileError(folder / file, "does not match the sha256 recorded when it was downloaded "
+                                                      "(changed or damaged)", fix)
+
+    try:
+        dataset = load_dir(folder, name)
+    except InvalidInputError:
+        check({file: file_sha256(folder / file) for file in recorded if (folder / file).is_file()})
+        raise  # the files are as downloaded: the problem is theirs, not damage
+    check(dict(dataset.sha256))
+    return dataset
 
 
 def dataset_loaders(

@@ -1,23 +1,44 @@
-"""Atomic writes: write a temporary file beside the target, then ``os.replace`` it into place."""
+"""Atomic writes: write a temporary file beside the target, then ``os.replace`` it into place.
+
+The temporary file is ``.<name>.<pid>-<random>.tmp``. A process killed in mid-write leaves it behind; the next
+write into the same directory removes the ones whose process is gone (``clean_temp_files``), so killed runs do
+not pile up half files. Every change of a stored file goes through ``_commit`` (a rename into place) or
+``_unlink`` (a removal): the two points where a kill can fall between two files, and where tests inject one.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import tempfile
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from pathlib import Path
 from typing import IO, Any
+
+from r2med.io.digest import Digest, digest_file
+
+#: ``.<name>.<pid>-<random>.tmp`` (this writer) and ``.<name>.<random>.tmp`` (older r2med, no pid)
+_TEMP = re.compile(r"^\..+\.(?:(\d+)-)?[a-z0-9_]{8}\.tmp$")
+#: a temporary file without a pid is only removed when older than this (its writer cannot be asked)
+_OLD_TEMP_S = 24 * 3600
+
+_recorded: ContextVar[dict[Path, Digest] | None] = ContextVar("r2med_recorded_writes", default=None)
 
 
 def write_atomic(path: Path, writer: Callable[[IO[Any]], None], *, binary: bool = False) -> Path:
     """Create ``path`` (and its parents) through ``writer(handle)``; readers never see a partial file.
 
     The handle is text (UTF-8, ``\\n`` line ends) unless ``binary``; the data is flushed to disk
-    before the temporary file is renamed over ``path``.
+    before the temporary file is renamed over ``path``. Inside ``recorded_writes()`` the digest of
+    the bytes written (hashed before the rename) is recorded under ``path``.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    clean_temp_files(path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}-", suffix=".tmp", dir=path.parent)
     try:
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600 files; give the usual permissions
         mode = {"mode": "wb"} if binary else {"mode": "w", "encoding": "utf-8", "newline": "\n"}
@@ -25,11 +46,92 @@ def write_atomic(path: Path, writer: Callable[[IO[Any]], None], *, binary: bool 
             writer(handle)
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(tmp, path)
+        record = _recorded.get()
+        if record is not None:
+            record[path] = digest_file(Path(tmp))
+        _commit(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def write_atomic_digest(path: Path, writer: Callable[[IO[Any]], None], *, binary: bool = False) -> Digest:
+    """``write_atomic``, returning the digest of the bytes written (hashed before they were renamed into place)."""
+    with recorded_writes() as written:
+        write_atomic(path, writer, binary=binary)
+    return written[Path(path)]
+
+
+@contextlib.contextmanager
+def recorded_writes() -> Iterator[dict[Path, Digest]]:
+    """Within this context, every ``write_atomic`` records ``path -> Digest`` of what it wrote.
+
+    The digest is of the temporary file, before its rename: a manifest that records it names what this
+    process wrote, even if another process replaced the file in between.
+    """
+    written: dict[Path, Digest] = {}
+    token = _recorded.set(written)
+    try:
+        yield written
+    finally:
+        _recorded.reset(token)
+
+
+def remove_file(path: Path) -> None:
+    """Remove ``path`` if it is there (a change of the store, like a write)."""
+    if Path(path).exists():
+        _unlink(Path(path))
+
+
+def _commit(tmp: str, path: Path) -> None:
+    """Move a finished temporary file into place."""
+    os.replace(tmp, path)
+
+
+def _unlink(path: Path) -> None:
+    path.unlink(missing_ok=True)
+
+
+def clean_temp_files(directory: Path) -> list[Path]:
+    """Remove the temporary files that killed writers left in ``directory``; returns what was removed.
+
+    A temporary file is left alone while the process named in it runs (it is still writing), and a file of an
+    older r2med (no process in its name) until it is a day old.
+    """
+    removed = []
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return removed
+    now = time.time()
+    for entry in entries:
+        match = _TEMP.match(entry.name)
+        if match is None:
+            continue
+        try:
+            if match.group(1) is not None:
+                if _alive(int(match.group(1))):
+                    continue
+            elif now - entry.stat().st_mtime < _OLD_TEMP_S:
+                continue
+            os.unlink(entry.path)
+        except OSError:
+            continue
+        removed.append(Path(entry.path))
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, OSError):
+        return True  # someone else's process, or cannot tell: leave its file
+    return True
 
 
 def _umask() -> int:

@@ -2,7 +2,13 @@
 
 A run that is killed loses at most the line it was writing. Reading ignores such a torn last line
 (with a warning) and the next append cuts it off before writing, so the file stays one JSON object
-per line. A bad line anywhere else is not a kill but damage, and is reported with its line number.
+per line. A bad line anywhere else is not a kill but damage, and is reported with its line number
+(``InvalidInputError``, exit 5): the responses around it were paid for, so they are neither used past
+the damage nor thrown away; the user deletes the line (or the file) to regenerate it.
+
+The file is read through ``r2med.io.verified.read_log`` like every append-only cache, but without a
+checksum over its content: users are told to edit it by hand (delete a line to regenerate it), and a
+checksum mismatch would have to throw away every paid response. Its structure is checked line by line.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from typing import IO, Any
 
 from r2med.errors import InvalidInputError
 from r2med.io.jsonsafe import loads
+from r2med.io.verified import read_log
 
 logger = logging.getLogger(__name__)
 
@@ -48,17 +55,14 @@ class ResponseCache:
             self._load()
 
     def _load(self) -> None:
-        data = self.path.read_bytes()
-        offset = 0
-        lines = data.split(b"\n")
-        for index, raw in enumerate(lines):
-            number = index + 1
-            last = index == len(lines) - 1
-            end = offset + len(raw) + (0 if last else 1)
+        log = read_log(self.path, sealed=False)
+        pieces = [*log.lines, (len(log.lines) + 1, len(log.data), log.tail)]  # the last: what follows the last newline
+        for index, (number, end, raw) in enumerate(pieces):
+            last = index == len(pieces) - 1
             if raw.strip():
                 record = self._parse(raw)
                 if record is None:
-                    if last or all(not rest.strip() for rest in lines[index + 1:]):
+                    if last or all(not rest.strip() for _, _, rest in pieces[index + 1:]):
                         logger.warning("%s:%d: ignoring a torn last line (an interrupted run); it will be generated again",
                                        self.path, number)
                         return
@@ -71,7 +75,6 @@ class ResponseCache:
                 self._missing_newline = last
             elif not last:
                 self._good_end = end
-            offset = end
 
     @staticmethod
     def _parse(raw: bytes) -> dict[str, Any] | None:

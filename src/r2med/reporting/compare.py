@@ -23,6 +23,7 @@ from pathlib import Path
 
 from r2med.datasets.catalog import catalog, dataset_names, resolve_names
 from r2med.errors import InvalidInputError, MissingResourceError
+from r2med.manifest import read_result_file
 from r2med.reporting.official import PublishedSystem, is_published, normalise_metric, normalise_metrics, published
 from r2med.reporting.paths import system_path
 from r2med.reporting.stats import PairedTest, holm, paired_test
@@ -64,12 +65,17 @@ class SystemSource:
         path = self._files(".json").get(dataset)
         if path is None:
             return None
-        record = json.loads(path.read_text(encoding="utf-8"))
+        record = read_result_file(path, lambda p: json.loads(p.read_text(encoding="utf-8")))
         return normalise_metrics(record.get("test", {})).get(key)
 
 
 def read_per_query(path: Path, metric: str) -> dict[str, float]:
-    """``{qid: value}`` of ``metric`` from a ``.per_query.jsonl`` (``{"qid": ..., "<metric>": ...}`` per line)."""
+    """``{qid: value}`` of ``metric`` from a ``.per_query.jsonl`` (``{"qid": ..., "<metric>": ...}`` per line);
+    verified against its result set's manifest when one is beside it."""
+    return read_result_file(path, lambda p: _read_per_query(p, metric))
+
+
+def _read_per_query(path: Path, metric: str) -> dict[str, float]:
     key = normalise_metric(metric)
     values: dict[str, float] = {}
     problems: list[str] = []

@@ -27,7 +27,8 @@ from decimal import Decimal
 from pathlib import Path
 
 from r2med.datasets.catalog import catalog, dataset_names
-from r2med.errors import InvalidInputError, MissingResourceError, UsageError
+from r2med.errors import DamagedFileError, InvalidInputError, MissingResourceError, UsageError
+from r2med.manifest import MANIFEST_SUFFIX, read_result_file
 from r2med.reporting.official import display_name, normalise_metric, normalise_metrics, published_systems
 from r2med.reporting.paths import system_path
 from r2med.reporting.render import render_template
@@ -65,8 +66,16 @@ def _dataset_of(path: Path, record: dict) -> str | None:
     return None
 
 
+def _read_json(path: Path):
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
 def discover(root: Path) -> list[SystemResults]:
-    """Every system with result files under ``root`` (sorted by path); InvalidInputError lists bad files."""
+    """Every system with result files under ``root`` (sorted by path); InvalidInputError lists bad files.
+
+    A result JSON with a manifest beside it is read only when its result set matches the manifest's checksums
+    (one that does not is listed as a bad file); one without (the official files) is read as it is.
+    """
     root = Path(root)
     if not root.is_dir():
         raise MissingResourceError(f"result directory {root} does not exist (expected e.g. results/ written by 'r2med run')")
@@ -74,10 +83,13 @@ def discover(root: Path) -> list[SystemResults]:
     folders: dict[str, Path] = {}
     problems: list[str] = []
     for path in sorted(root.rglob("*.json")):
-        if path.name.startswith(".") or not path.is_file():
+        if path.name.startswith(".") or path.name.endswith(MANIFEST_SUFFIX) or not path.is_file():
             continue
         try:
-            record = json.loads(path.read_text(encoding="utf-8"))
+            record = read_result_file(path, _read_json)
+        except DamagedFileError as exc:
+            problems.append(f"{exc}; run that system again, or remove its files")
+            continue
         except json.JSONDecodeError as exc:
             problems.append(f"{path}:{exc.lineno}: not valid JSON ({exc.msg}); fix or remove the file")
             continue

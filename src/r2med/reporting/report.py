@@ -174,6 +174,7 @@ def _expansion_source(system: str, folder: Path | None) -> tuple[dict[str, str] 
 def _drill_dataset(dataset: str, picks: list[tuple[str, SystemResults]], options: ReportOptions,
                    settings: Settings, diffs: dict[str, float]) -> dict:
     from r2med.datasets.local import load_dir
+    from r2med.manifest import read_result_file
     from r2med.store.runs import read_run
 
     notes: list[str] = []
@@ -187,7 +188,7 @@ def _drill_dataset(dataset: str, picks: list[tuple[str, SystemResults]], options
         if not run_files:
             notes.append(f"{label}: no run file for {dataset} in {s.directory}")
             continue
-        runs[label] = read_run(run_files[0])
+        runs[label] = read_result_file(run_files[0], read_run)
         values[label] = SystemSource(label, s.system, directory=s.directory).per_query(dataset, options.metric) or {}
         expansions[label] = _expansion_source(s.system, folder)
     order = list(dict.fromkeys(q for run in runs.values() for q in run))  # run order, A's queries first

@@ -20,7 +20,6 @@ from r2med.datasets.model import Dataset
 from r2med.errors import MissingResourceError, UsageError
 from r2med.rerankers.base import Reranker, check_top_k
 from r2med.store.results import BASE, SystemPath
-from r2med.store.runs import read_run
 from r2med.types import Run
 
 RUN_SUFFIXES = (".run", ".trec", ".jsonl", ".txt")
@@ -95,8 +94,15 @@ class FirstStage:
         )
 
     def load(self, dataset: str) -> Run:
-        """The first-stage run of ``dataset`` (read with file:line validation)."""
-        return read_run(self.path_for(dataset))
+        """The first-stage run of ``dataset`` (read with file:line validation).
+
+        A run of a stored result set (a ``<Dataset>.manifest.json`` beside it) is read only once the set matches
+        its manifest; a damaged or unfinished set is an error that says to rerun the first stage. A run file
+        without a manifest is the user's own, read as it is.
+        """
+        from r2med.stages.stored import read_stored_run
+
+        return read_stored_run(self.path_for(dataset), system=self.system)
 
 
 def _old_names(dataset: str) -> list[str]:

@@ -10,11 +10,20 @@ from pathlib import Path
 from typing import IO, Any
 
 from r2med.datasets.model import Dataset
+from r2med.errors import DamagedFileError
 from r2med.evaluation import evaluate
-from r2med.io.atomic import write_atomic
-from r2med.manifest import build_manifest, config_sha256, read_manifest, write_manifest
+from r2med.io.atomic import recorded_writes, remove_file, write_atomic
+from r2med.io.lock import DirectoryLock
+from r2med.manifest import (
+    build_manifest,
+    load_manifest,
+    manifest_path,
+    result_set_files,
+    write_manifest,
+)
 from r2med.stages.base import DatasetResult, Stage
-from r2med.store.results import ResultFiles, read_result, result_files, write_result
+from r2med.stages.stored import reusable_scores
+from r2med.store.results import ResultFiles, result_files, write_result
 from r2med.types import Scores
 
 logger = logging.getLogger(__name__)
@@ -34,22 +43,19 @@ def stage_config(stage: Stage, dataset: Dataset) -> dict[str, Any]:
 
 
 def reusable(files: ResultFiles, config: dict[str, Any]) -> bool:
-    """Whether a complete stored result was made by exactly ``config`` (its manifest's hash)."""
-    if not (files.result.is_file() and files.run.is_file() and files.per_query.is_file()):
-        return False
-    manifest = read_manifest(files.result)
-    return manifest is not None and manifest.get("config_sha256") == config_sha256(config)
+    """Whether a complete stored result was made by exactly ``config`` and every file of it matches its manifest."""
+    return reusable_scores(files, config, dataset=files.result.stem) is not None
 
 
 def stored_scores(files: ResultFiles) -> Scores:
-    """The scores of a stored result: 5-decimal means from its JSON, per-query values from its JSONL."""
-    per_query = {}
-    with files.per_query.open(encoding="utf-8") as handle:
-        for line in handle:
-            if line.strip():
-                row = json.loads(line)
-                per_query[row.pop("qid")] = row
-    return Scores(dict(read_result(files.result)["test"]), per_query)
+    """The scores of a stored result whose files match its manifest (DamagedFileError otherwise)."""
+    manifest = load_manifest(files.result)
+    if manifest is None:
+        raise DamagedFileError(manifest_path(files.result), "is missing")
+    scores = reusable_scores(files, manifest["config"], dataset=files.result.stem)
+    if scores is None:
+        raise DamagedFileError(files.result, "the stored result does not match its manifest")
+    return scores
 
 
 def run_stage(
@@ -59,47 +65,85 @@ def run_stage(
     output: Path,
     resume: bool = True,
     on_result: Callable[[DatasetResult], None] | None = None,
+    lock: DirectoryLock | None = None,
 ) -> list[DatasetResult]:
     """Run, evaluate and store ``stage`` on each dataset, one at a time.
 
     ``datasets`` may hold loaders (zero-argument callables), so that a dataset is read only when its turn
-    comes and a bad one fails after the earlier ones were written. Each dataset's files are complete on
-    disk before the next starts: the stage's artifacts, the run, the per-query values, the result JSON,
-    the manifest (``<Dataset>.manifest.json``) last. With ``resume`` a stored result whose manifest has the
-    same configuration (and dataset files) is reused instead of recomputed.
+    comes and a bad one fails after the earlier ones were written. Each dataset's result set is complete on
+    disk before the next starts: the stage's artifacts, the run, the per-query values, the result JSON, and
+    last the manifest (``<Dataset>.manifest.json``), which records the sha256 and size of each of them. With
+    ``resume`` a stored result whose manifest has the same configuration (and dataset files), and whose
+    every file matches the manifest, is reused instead of recomputed; a damaged one is recomputed with a
+    warning.
+
+    The results directory is locked (``<output>/.r2med.lock``) from the first dataset on: a second r2med process
+    writing there is refused (``ResultsBusyError``, exit 6). ``lock``: a lock the caller holds for longer (a
+    pipeline holds one over all its stages); by default the stage takes and releases its own.
     """
+    own = lock is None
+    held = DirectoryLock(output) if lock is None else lock
     results = []
-    for item in datasets:
-        start = time.perf_counter()
-        dataset = item() if callable(item) else item
-        config = stage_config(stage, dataset)
-        files = result_files(output, stage.where, dataset.name)
-        if resume and reusable(files, config):
-            logger.info("%s: reusing the stored result %s (same configuration and data)", dataset.name, files.result)
-            result = DatasetResult(dataset.name, stored_scores(files), files, 0.0, reused=True)
-        else:
-            result = _compute(stage, dataset, config, output, start)
-        results.append(result)
-        if on_result is not None:
-            on_result(result)
+    try:
+        for item in datasets:
+            start = time.perf_counter()
+            dataset = item() if callable(item) else item
+            held.acquire()
+            config = stage_config(stage, dataset)
+            files = result_files(output, stage.where, dataset.name)
+            scores = reusable_scores(files, config, dataset=dataset.name) if resume else None
+            if scores is not None:
+                logger.info("%s: reusing the stored result %s (same configuration and data)", dataset.name, files.result)
+                result = DatasetResult(dataset.name, scores, files, 0.0, reused=True)
+            else:
+                result = _compute(stage, dataset, config, output, start)
+            results.append(result)
+            if on_result is not None:
+                on_result(result)
+    finally:
+        if own:
+            held.release()
     return results
 
 
 def _compute(stage: Stage, dataset: Dataset, config: dict[str, Any], output: Path, start: float) -> DatasetResult:
     run = stage.run(dataset)
     searched = time.perf_counter()
-    for suffix, rows in stage.artifacts(dataset).items():
-        _write_jsonl(stage.where.directory(output) / f"{dataset.name}.{suffix}.jsonl", rows)
+    artifacts = stage.artifacts(dataset)
     scores = evaluate(dataset.qrels, run, ignore_identical_ids=stage.ignore_identical_ids)
     seconds = time.perf_counter() - start
-    files = write_result(output, stage.where, dataset.name, scores, run, seconds=seconds)
+    folder = stage.where.directory(output)
+    planned = result_files(output, stage.where, dataset.name)
+    artifact_paths = {suffix: folder / f"{dataset.name}.{suffix}.jsonl" for suffix in artifacts}
+    _retire(planned, {planned.run, planned.per_query, planned.result, *artifact_paths.values()})
+    with recorded_writes() as written:
+        for suffix, rows in artifacts.items():
+            _write_jsonl(artifact_paths[suffix], rows)
+        files = write_result(output, stage.where, dataset.name, scores, run, seconds=seconds)
     timings = {"search": searched - start, "evaluate": time.perf_counter() - searched, "total": seconds}
     details = stage.details(dataset)
+    members = {path.name: digest for path, digest in written.items()}
     write_manifest(files.result, build_manifest(system=str(stage.where), dataset=dataset, config=config,
-                                                timings=timings, details=details))
+                                                timings=timings, details=details, files=members))
     logger.info("%s: nDCG@10 %.5f (%d queries) -> %s", dataset.name, scores.aggregate["ndcg_at_10"],
                 scores.n_queries, files.result)
     return DatasetResult(dataset.name, scores, files, seconds, details=details)
+
+
+def _retire(files: ResultFiles, keep: set[Path]) -> None:
+    """Before a new set is written: remove the old set's files the new one will not replace, then its manifest.
+
+    In this order a kill at any point leaves either the old set whole but for files it no longer matches, or no
+    manifest at all: never a manifest beside files it does not describe, nor an old artifact beside a new set.
+    """
+    try:
+        manifest = load_manifest(files.result)
+        old = set(result_set_files(files.result, manifest)) if manifest is not None else set()
+    except DamagedFileError:
+        old = set()
+    for stale in sorted(old - keep - {manifest_path(files.result)}):
+        remove_file(stale)
+    remove_file(manifest_path(files.result))
 
 
 def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:

@@ -3,20 +3,24 @@
 Both files are written to a temporary name in the target directory and moved into
 place with :func:`os.replace`, so a reader never sees a half-written file. The JSON
 file is written last and names the format version; it is what marks the index as
-complete.
+complete. It records the sha256 and size of ``index.npz`` and carries the checksum of
+its own content (``self_sha256``): ``load_index`` reads both through the verified reader
+(``r2med.io.verified``), so a cut, zeroed or edited file (counts, document ids) is a
+``DamagedFileError``, never other numbers.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
-from r2med.errors import InvalidInputError, MissingResourceError
-from r2med.io.atomic import write_atomic
+from r2med.errors import DamagedFileError, InvalidInputError, MissingResourceError
+from r2med.io.atomic import write_atomic_digest
+from r2med.io.digest import Digest
+from r2med.io.verified import read_verified, read_verified_json, write_verified_json
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "load_index", "save_index"]
 
@@ -51,32 +55,42 @@ def save_index(
         "vocabulary": vocabulary,
         "doc_ids": doc_ids,
     }
-    write_atomic(directory / _ARRAYS, lambda h: np.savez(h, **arrays), binary=True)
-    payload = json.dumps(meta, ensure_ascii=False).encode("utf-8")
-    write_atomic(directory / _META, lambda h: h.write(payload), binary=True)
+    arrays_digest = write_atomic_digest(directory / _ARRAYS, lambda h: np.savez(h, **arrays), binary=True)
+    write_verified_json(directory / _META, {**meta, "arrays": arrays_digest.to_json()})
     return directory
 
 
 def load_index(directory: str | Path) -> tuple[dict[str, Any], sp.csr_matrix]:
-    """Read what :func:`save_index` wrote: the metadata dict and the CSR count matrix."""
+    """Read what :func:`save_index` wrote: the metadata dict and the CSR count matrix.
+
+    DamagedFileError (an InvalidInputError) when either file does not match its checksum or cannot be read.
+    """
     directory = Path(directory)
     meta_path, arrays_path = directory / _META, directory / _ARRAYS
     if not meta_path.is_file() or not arrays_path.is_file():
         raise MissingResourceError(
             f"no BM25 index in {directory}: expected {_META} and {_ARRAYS}; build one and save it there"
         )
+
+    def check_format(meta: dict[str, Any]) -> None:
+        if meta.get("format") != FORMAT or meta.get("format_version") != FORMAT_VERSION:
+            raise InvalidInputError(
+                f"{meta_path}: format {meta.get('format')!r} version {meta.get('format_version')!r} is not "
+                f"{FORMAT!r} version {FORMAT_VERSION}; rebuild the index with this version of r2med"
+            )
+
+    meta = read_verified_json(meta_path, precheck=check_format)
     try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise InvalidInputError(f"{meta_path}:{exc.lineno}: not valid JSON ({exc.msg})") from exc
-    if meta.get("format") != FORMAT or meta.get("format_version") != FORMAT_VERSION:
-        raise InvalidInputError(
-            f"{meta_path}: format {meta.get('format')!r} version {meta.get('format_version')!r} is not "
-            f"{FORMAT!r} version {FORMAT_VERSION}; rebuild the index with this version of r2med"
-        )
-    with np.load(arrays_path, allow_pickle=False) as data:
-        shape = tuple(int(x) for x in data["shape"])
-        counts = sp.csr_matrix((data["counts"], data["indices"], data["indptr"]), shape=shape)
+        expected = Digest.from_json(meta.pop("arrays", None))
+    except ValueError as exc:
+        raise DamagedFileError(meta_path, f"does not record the checksum of {_ARRAYS} ({exc})") from exc
+
+    def read_arrays(path: Path) -> tuple[tuple[int, ...], sp.csr_matrix]:
+        with np.load(path, allow_pickle=False) as data:
+            shape = tuple(int(x) for x in data["shape"])
+            return shape, sp.csr_matrix((data["counts"], data["indices"], data["indptr"]), shape=shape)
+
+    shape, counts = read_verified(arrays_path, read_arrays, expected=expected)
     if shape != (meta["n_docs"], len(meta["vocabulary"])):
         raise InvalidInputError(
             f"{arrays_path}: matrix shape {shape} does not match {meta_path} "

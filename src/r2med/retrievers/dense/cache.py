@@ -1,9 +1,12 @@
 """Embedding cache under R2MED_HOME, keyed by content, written in chunks, resumable, memory-mapped.
 
 ``<root>/<key>/`` holds ``manifest.json`` (what the key was made of, the number of texts, the
-chunk size) and ``chunk_00000.npy``, ``chunk_00001.npy``, ... each written atomically as soon as
-it is encoded. A run killed mid-corpus leaves its finished chunks; the next run encodes only the
-missing ones. The key hashes the encoder's ``cache_key`` (model id, revision, pooling, max length,
+chunk size, and the checksum of its own content) and ``chunk_00000.npy``, ``chunk_00001.npy``, ...
+each written atomically as soon as it is encoded, followed by its checksum ``chunk_00000.npy.sha256``.
+A run killed mid-corpus leaves its finished chunks; the next run encodes only the missing ones.
+Every chunk is read through the verified reader (``r2med.io.verified``): a chunk that is damaged, or
+whose checksum was never written, is encoded again with a warning; a damaged manifest starts the
+folder again. The key hashes the encoder's ``cache_key`` (model id, revision, pooling, max length,
 dtype, ...), the kind, the instruction text, the storage dtype, every text, and the format version:
 never a name alone.
 """
@@ -19,7 +22,18 @@ from pathlib import Path
 
 import numpy as np
 
-from r2med.io.atomic import write_atomic, write_text_atomic
+from r2med.errors import DamagedFileError
+from r2med.io.atomic import remove_file
+from r2med.io.verified import (
+    read_sidecar,
+    read_verified,
+    read_verified_json,
+    remove_verified,
+    sidecar,
+    verify_file,
+    write_verified,
+    write_verified_json,
+)
 from r2med.retrievers.dense.base import Encoder, Kind
 
 logger = logging.getLogger(__name__)
@@ -72,9 +86,9 @@ class StoredEmbeddings:
         return -(-self.n // self.chunk)
 
     def blocks(self) -> Iterator[tuple[int, np.ndarray]]:
-        """``(offset, memory-mapped block)`` in text order."""
+        """``(offset, memory-mapped block)`` in text order; each chunk checked against its checksum first."""
         for i in range(self.n_chunks):
-            yield i * self.chunk, np.load(self.chunk_path(i), mmap_mode="r", allow_pickle=False)
+            yield i * self.chunk, read_verified(self.chunk_path(i), _load_chunk)
 
     def array(self) -> np.ndarray:
         """All embeddings as one float32 array in memory."""
@@ -105,14 +119,9 @@ class EmbeddingCache:
         """Embeddings of ``texts``, encoding only the chunks not already stored."""
         key, material = cache_key(encoder, texts, kind=kind, instruction=instruction, dtype=self.dtype)
         folder = self.root / key
-        manifest = folder / "manifest.json"
-        chunk = self.chunk
-        if manifest.is_file():
-            chunk = int(json.loads(manifest.read_text(encoding="utf-8"))["chunk"])
-        else:
-            write_text_atomic(manifest, json.dumps({**material, "chunk": chunk}, indent=1, sort_keys=True))
+        chunk = self._chunk_size(folder, material)
         stored = StoredEmbeddings(folder, len(texts), chunk)
-        missing = [i for i in range(stored.n_chunks) if not stored.chunk_path(i).is_file()]
+        missing = self._missing(stored, kind)
         if not missing:
             logger.info("%s embeddings of %d texts found in the cache (%s)", kind, len(texts), folder)
             return stored
@@ -129,12 +138,61 @@ class EmbeddingCache:
                 if vectors.shape[0] != len(part):
                     raise ValueError(f"encoder {encoder.name} returned {vectors.shape[0]} vectors for {len(part)} texts")
                 data = vectors.astype(self.dtype)
-                write_atomic(stored.chunk_path(i), lambda handle, data=data: np.save(handle, data, allow_pickle=False), binary=True)
+                write_verified(stored.chunk_path(i), lambda handle, data=data: np.save(handle, data, allow_pickle=False), binary=True)
                 self.encoded_texts += len(part)
                 bar.update(len(part))
         finally:
             bar.close()
         return stored
+
+
+    def _chunk_size(self, folder: Path, material: dict) -> int:
+        """The chunk size of ``folder`` from its manifest (written now when there is none; the folder is started
+        again when the manifest is damaged or does not describe these texts)."""
+        manifest = folder / "manifest.json"
+        if manifest.is_file():
+            try:
+                recorded = read_verified_json(manifest)
+                chunk = recorded.get("chunk")
+                same = {k: v for k, v in recorded.items() if k != "chunk"} == json.loads(json.dumps(material))
+                if not same or type(chunk) is not int or chunk < 1:
+                    raise DamagedFileError(manifest, "does not match the texts and encoder of its key")
+                return chunk
+            except DamagedFileError as exc:
+                logger.warning("%s; encoding these embeddings again", exc)
+                for old in folder.glob("chunk_*"):
+                    remove_file(old)
+        write_verified_json(manifest, {**material, "chunk": self.chunk}, indent=1)
+        return self.chunk
+
+    @staticmethod
+    def _missing(stored: StoredEmbeddings, kind: str) -> list[int]:
+        """Chunks to encode: absent, or not matching their checksum (those are removed, with one warning)."""
+        missing, damaged = [], []
+        for i in range(stored.n_chunks):
+            path = stored.chunk_path(i)
+            if not path.is_file():
+                missing.append(i)
+                continue
+            try:
+                expected = read_sidecar(path)
+                if expected is None:
+                    raise DamagedFileError(path, f"has no checksum ({sidecar(path).name} is missing: its write was "
+                                                 "interrupted, or an older r2med wrote it)")
+                verify_file(path, expected)
+            except DamagedFileError as exc:
+                damaged.append(str(exc))
+                remove_verified(path)
+                missing.append(i)
+        if damaged:
+            logger.warning("%d of %d chunks of %s embeddings in %s cannot be used (%s%s); encoding them again",
+                           len(damaged), stored.n_chunks, kind, stored.directory, damaged[0],
+                           f"; and {len(damaged) - 1} more" if len(damaged) > 1 else "")
+        return missing
+
+
+def _load_chunk(path: Path) -> np.ndarray:
+    return np.load(path, mmap_mode="r", allow_pickle=False)
 
 
 def _bar(total: int, desc: str, enabled: bool):
