@@ -57,3 +57,27 @@ def cli():
         return CliResult(code, out.getvalue(), err.getvalue())
 
     return run
+
+
+@pytest.fixture
+def kill_at_write(monkeypatch):
+    """``kill_at_write(n)`` makes the n-th atomic write raise KeyboardInterrupt just before its rename (a kill
+    between two writes) and returns the list of paths written; ``kill_at_write.disarm()`` writes normally again."""
+    from r2med.io import atomic
+
+    commit = atomic._commit
+
+    def arm(n: int) -> list:
+        steps = []
+
+        def killing(tmp, path):
+            steps.append(path)
+            if len(steps) == n:
+                raise KeyboardInterrupt("killed")
+            commit(tmp, path)
+
+        monkeypatch.setattr(atomic, "_commit", killing)
+        return steps
+
+    arm.disarm = lambda: monkeypatch.setattr(atomic, "_commit", commit)
+    return arm

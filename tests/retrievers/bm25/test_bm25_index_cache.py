@@ -13,7 +13,6 @@ import pytest
 from conftest import DATA
 from r2med.datasets import load_dir
 from r2med.errors import InvalidInputError
-from r2med.io import atomic
 from r2med.retrievers.bm25 import BM25Index
 from r2med.retrievers.bm25.retriever import BM25Retriever, index_key
 
@@ -77,21 +76,12 @@ def test_load_of_a_damaged_index_is_an_error_naming_the_file(tmp_path):
 
 
 @pytest.mark.parametrize("kill_at", [1, 2])
-def test_a_kill_at_each_write_of_the_index_is_repaired_by_the_next_run(tiny, tmp_path, monkeypatch, caplog, kill_at):
+def test_a_kill_at_each_write_of_the_index_is_repaired_by_the_next_run(tiny, tmp_path, kill_at_write, caplog, kill_at):
     reference = _retrieve(tiny, tmp_path / "ref", caplog)
-    steps = []
-    commit = atomic._commit
-
-    def killing(tmp, path):
-        steps.append(path)
-        if len(steps) == kill_at:
-            raise KeyboardInterrupt("killed")
-        commit(tmp, path)
-
-    monkeypatch.setattr(atomic, "_commit", killing)
+    kill_at_write(kill_at)
     with pytest.raises(KeyboardInterrupt):
         _retrieve(tiny, tmp_path / "c", caplog)
-    monkeypatch.setattr(atomic, "_commit", commit)
+    kill_at_write.disarm()
     assert _retrieve(tiny, tmp_path / "c", caplog) == reference
     folder = index_key(tiny)
     assert {p.name: p.read_bytes() for p in (tmp_path / "c" / folder).iterdir()} == {

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 from fake_encoder import FakeEncoder
 
-from r2med.io import atomic
 from r2med.retrievers.dense.cache import EmbeddingCache
 
 TEXTS = [f"text {i} on topic {i % 5}" for i in range(25)]
@@ -69,21 +68,12 @@ def test_a_chunk_changed_after_the_lookup_is_refused_when_read(tmp_path, caplog)
 
 
 @pytest.mark.parametrize("kill_at", range(1, 8))
-def test_a_kill_at_each_write_resumes_to_identical_embeddings(tmp_path, monkeypatch, caplog, kill_at):
+def test_a_kill_at_each_write_resumes_to_identical_embeddings(tmp_path, kill_at_write, caplog, kill_at):
     _, reference, _ = _embed(tmp_path / "ref", caplog)
-    steps = []
-    commit = atomic._commit
-
-    def killing(tmp, path):
-        steps.append(path)
-        if len(steps) == kill_at:
-            raise KeyboardInterrupt("killed")
-        commit(tmp, path)
-
-    monkeypatch.setattr(atomic, "_commit", killing)
+    kill_at_write(kill_at)
     with pytest.raises(KeyboardInterrupt):
         _embed(tmp_path / "c", caplog)
-    monkeypatch.setattr(atomic, "_commit", commit)
+    kill_at_write.disarm()
     _, array, _ = _embed(tmp_path / "c", caplog)
     assert np.array_equal(array, reference)
     files = sorted(p.relative_to(tmp_path / "c") for p in (tmp_path / "c").rglob("*") if p.is_file())
