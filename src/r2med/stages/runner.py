@@ -24,7 +24,6 @@ from r2med.manifest import (
 from r2med.stages.base import DatasetResult, Stage
 from r2med.stages.stored import reusable_scores
 from r2med.store.results import ResultFiles, result_files, write_result
-from r2med.types import Scores
 
 logger = logging.getLogger(__name__)
 
@@ -40,22 +39,6 @@ def stage_config(stage: Stage, dataset: Dataset) -> dict[str, Any]:
         "ignore_identical_ids": stage.ignore_identical_ids,
         "dataset": {"name": dataset.name, "revision": dataset.revision, "sha256": dict(dataset.sha256)},
     }
-
-
-def reusable(files: ResultFiles, config: dict[str, Any]) -> bool:
-    """Whether a complete stored result was made by exactly ``config`` and every file of it matches its manifest."""
-    return reusable_scores(files, config, dataset=files.result.stem) is not None
-
-
-def stored_scores(files: ResultFiles) -> Scores:
-    """The scores of a stored result whose files match its manifest (DamagedFileError otherwise)."""
-    manifest = load_manifest(files.result)
-    if manifest is None:
-        raise DamagedFileError(manifest_path(files.result), "is missing")
-    scores = reusable_scores(files, manifest["config"], dataset=files.result.stem)
-    if scores is None:
-        raise DamagedFileError(files.result, "the stored result does not match its manifest")
-    return scores
 
 
 def run_stage(
