@@ -115,12 +115,13 @@ def read_verified(path: Path, parse: Callable[[Path], T], *, expected: Digest | 
         after = os.stat(path)
     except OSError:
         after = None
-    if before is None or after is None or _identity(before) != _identity(after):
+    if before is None or after is None or file_identity(before) != file_identity(after):
         raise DamagedFileError(path, "changed while it was being read")
     return value
 
 
-def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
+def file_identity(st: os.stat_result) -> tuple[int, int, int, int]:
+    """What tells a file's content changed without reading it: device, inode, size and modification time."""
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 

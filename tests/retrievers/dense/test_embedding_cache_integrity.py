@@ -78,3 +78,20 @@ def test_a_kill_at_each_write_resumes_to_identical_embeddings(tmp_path, kill_at_
     assert np.array_equal(array, reference)
     files = sorted(p.relative_to(tmp_path / "c") for p in (tmp_path / "c").rglob("*") if p.is_file())
     assert files == sorted(p.relative_to(tmp_path / "ref") for p in (tmp_path / "ref").rglob("*") if p.is_file())
+
+
+def test_a_cached_chunk_is_hashed_once_per_retrieval(tmp_path, caplog, monkeypatch):
+    from r2med.io import verified
+
+    _, reference, _ = _embed(tmp_path / "c", caplog)
+    hashed = []
+    digest_file = verified.digest_file
+    monkeypatch.setattr(verified, "digest_file", lambda path, *a, **k: hashed.append(path.name) or digest_file(path, *a, **k))
+    stored, array, enc = _embed(tmp_path / "c", caplog)  # lookup verifies the 3 chunks, reading them hashes none again
+    assert enc.texts_encoded == 0 and np.array_equal(array, reference)
+    assert sorted(hashed) == ["chunk_00000.npy", "chunk_00001.npy", "chunk_00002.npy"]
+    _flip(stored.chunk_path(2))  # changed after lookup: the read checks it again, and refuses it
+    from r2med.errors import DamagedFileError
+
+    with pytest.raises(DamagedFileError, match="chunk_00002.npy"):
+        stored.array()

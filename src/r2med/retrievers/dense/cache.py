@@ -16,8 +16,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +26,7 @@ import numpy as np
 from r2med.errors import DamagedFileError
 from r2med.io.atomic import remove_file
 from r2med.io.verified import (
+    file_identity,
     read_sidecar,
     read_verified,
     read_verified_json,
@@ -85,10 +87,24 @@ class StoredEmbeddings:
     def n_chunks(self) -> int:
         return -(-self.n // self.chunk)
 
+    #: chunk index -> the file identity (device, inode, size, mtime) it had when its checksum was verified at lookup
+    verified: dict[int, tuple[int, int, int, int]] = field(default_factory=dict, compare=False, repr=False)
+
     def blocks(self) -> Iterator[tuple[int, np.ndarray]]:
-        """``(offset, memory-mapped block)`` in text order; each chunk checked against its checksum first."""
+        """``(offset, memory-mapped block)`` in text order; each chunk checked against its checksum first.
+
+        A chunk verified at lookup and unchanged since (same file identity before and after loading it) is not
+        hashed a second time.
+        """
         for i in range(self.n_chunks):
-            yield i * self.chunk, read_verified(self.chunk_path(i), _load_chunk)
+            path = self.chunk_path(i)
+            known = self.verified.get(i)
+            if known is not None and _identity_of(path) == known:
+                block = _load_chunk(path)
+                if _identity_of(path) == known:
+                    yield i * self.chunk, block
+                    continue
+            yield i * self.chunk, read_verified(path, _load_chunk)
 
     def array(self) -> np.ndarray:
         """All embeddings as one float32 array in memory."""
@@ -179,7 +195,10 @@ class EmbeddingCache:
                 if expected is None:
                     raise DamagedFileError(path, f"has no checksum ({sidecar(path).name} is missing: its write was "
                                                  "interrupted, or an older r2med wrote it)")
+                before = _identity_of(path)
                 verify_file(path, expected)
+                if before is not None and _identity_of(path) == before:
+                    stored.verified[i] = before
             except DamagedFileError as exc:
                 damaged.append(str(exc))
                 remove_verified(path)
@@ -189,6 +208,13 @@ class EmbeddingCache:
                            len(damaged), stored.n_chunks, kind, stored.directory, damaged[0],
                            f"; and {len(damaged) - 1} more" if len(damaged) > 1 else "")
         return missing
+
+
+def _identity_of(path: Path) -> tuple[int, int, int, int] | None:
+    try:
+        return file_identity(os.stat(path))
+    except OSError:
+        return None
 
 
 def _load_chunk(path: Path) -> np.ndarray:
