@@ -81,8 +81,8 @@ def plan_for(system: str) -> Plan:
         # the official reranker runs kept only the reranked top k (their R@100 equals R@k): truncated
         retriever = _AS_PUBLISHED.get(where.system, where.system)
         return Plan(where, retriever, reranker=str(where.reranker), rerank_top_k=where.top_k)
-    if where.kind == "fusion":
-        raise UsageError(f"{system} is not a published system (fusion rows are r2med's own)")
+    if where.kind in ("fusion", "agent"):
+        raise UsageError(f"{system} is not a published system ({where.kind} rows are r2med's own)")
     retriever = _AS_PUBLISHED.get(where.system, where.system)
     if where.kind == "gar":
         return Plan(where, retriever, (str(where.method), str(where.llm)))

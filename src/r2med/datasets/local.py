@@ -289,3 +289,28 @@ def load_dir(path: Path, name: str | None = None) -> Dataset:
     for warning in dataset.warnings:
         logger.warning("%s: %s", dataset.name, warning)
     return dataset
+
+
+def load_corpus(path: Path, name: str | None = None) -> Dataset:
+    """A corpus alone (no queries, no qrels): ``path`` is a directory with ``corpus.jsonl`` (R2MED or BEIR rows)
+    or that file itself. Used as the knowledge source an agent searches (``r2med agent --knowledge-dir``).
+    MissingResourceError (exit 4) when there is no such file; InvalidInputError (exit 5) listing every bad row.
+    """
+    path = Path(path)
+    corpus = path if path.is_file() else path / "corpus.jsonl"
+    if not corpus.is_file():
+        raise MissingResourceError(f"{path}: no corpus.jsonl there; a knowledge corpus is a directory holding corpus.jsonl "
+                                   "(rows {\"id\" or \"_id\", \"text\", optional \"title\"}) or that file itself")
+    folder = corpus.parent
+    name = name or folder.name or Path(os.path.abspath(folder)).name
+    problems = Problems()
+    lines = HashingLines(corpus, problems)
+    doc_ids, doc_texts = read_corpus(lines)
+    if not doc_ids and not problems.errors:
+        problems.error(str(corpus), None, "no documents")
+    if problems.errors:
+        raise InvalidInputError(f"{corpus}: the corpus cannot be used ({len(problems.errors)} problems)", problems.errors)
+    for warning in problems.warnings:
+        logger.warning("%s: %s", name, warning)
+    return Dataset(name=name, doc_ids=doc_ids, doc_texts=doc_texts, queries={}, qrels={}, source=str(folder),
+                   layout="corpus", sha256={"corpus.jsonl": lines.sha256}, warnings=tuple(problems.warnings))

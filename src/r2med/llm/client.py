@@ -69,6 +69,7 @@ class ChatResult:
     completion_tokens: int
     attempts: int
     seconds: float
+    stop: str | None = None
 
 
 @dataclass
@@ -205,12 +206,31 @@ class ChatClient:
             raise MissingExtraError("openai", "llm", "chat completions") from None
         return AsyncOpenAI(base_url=self.base_url, api_key=self._secret.reveal(), timeout=self.timeout, max_retries=0)
 
-    async def complete(self, messages: Messages, params: SamplingParams) -> ChatResult:
-        """One chat completion with retries (the client is made once per event loop)."""
+    def _client_for_loop(self) -> Any:
         loop = asyncio.get_running_loop()
         if self._loop_client is None or self._loop_client[0] is not loop:
             self._loop_client = (loop, self._new_async_client())
-        return await self._complete(self._loop_client[1], messages, params)
+        return self._loop_client[1]
+
+    async def complete(self, messages: Messages, params: SamplingParams) -> ChatResult:
+        """One chat completion with retries (the client is made once per event loop)."""
+        return await self._complete(self._client_for_loop(), messages, params)
+
+    async def complete_text(self, prompt: str, params: SamplingParams, *, stop: Sequence[str] = ()) -> ChatResult:
+        """One text completion (``POST /v1/completions``) of ``prompt`` with retries, ending at any of ``stop``.
+
+        An empty text is a valid answer here (the model may stop at once). ``ChatResult.stop`` is the stop string
+        the server says it matched (vLLM's ``stop_reason``, llama.cpp's ``stopping_word``), else ``None``.
+        """
+        client = self._client_for_loop()
+
+        def send() -> Any:
+            request = params.to_request()
+            if stop:
+                request["stop"] = list(stop)
+            return client.completions.create(model=self.model, prompt=prompt, **request)
+
+        return await self._attempts(send, self._text_result)
 
     async def aclose(self) -> None:
         """Close the connections ``complete`` opened (``complete_many`` closes its own)."""
@@ -227,6 +247,12 @@ class ChatClient:
             raise BudgetExceeded(f"token budget of {budget.max_tokens} spent ({used} tokens used)")
 
     async def _complete(self, client: Any, messages: Messages, params: SamplingParams) -> ChatResult:
+        def send() -> Any:
+            return client.chat.completions.create(model=self.model, messages=list(messages), **params.to_request())
+
+        return await self._attempts(send, self._result)
+
+    async def _attempts(self, send: Callable[[], Any], parse: Callable[[Any, int, float], ChatResult]) -> ChatResult:
         start = time.perf_counter()
         where = f"{safe_url(self.base_url)} ({self.model})"
         for attempt in range(self.max_retries + 1):
@@ -235,10 +261,8 @@ class ChatClient:
             if attempt:
                 self.usage.retries += 1
             try:
-                response = await client.chat.completions.create(
-                    model=self.model, messages=list(messages), **params.to_request()
-                )
-                return self._result(response, attempt + 1, time.perf_counter() - start)
+                response = await send()
+                return parse(response, attempt + 1, time.perf_counter() - start)
             except Exception as exc:  # noqa: BLE001 - classified below; anything unknown is re-raised
                 reason, retry_after = self._classify(exc, where, attempt)
             if attempt == self.max_retries:
@@ -283,12 +307,31 @@ class ChatClient:
             return f"answer is not a chat completion ({type(exc).__name__})", None
         raise exc
 
-    def _result(self, response: Any, attempts: int, seconds: float) -> ChatResult:
+    def _count(self, response: Any) -> tuple[int, int]:
         usage = getattr(response, "usage", None)
         prompt = int(getattr(usage, "prompt_tokens", 0) or 0)
         completion = int(getattr(usage, "completion_tokens", 0) or 0)
         self.usage.prompt_tokens += prompt
         self.usage.completion_tokens += completion
+        return prompt, completion
+
+    def _text_result(self, response: Any, attempts: int, seconds: float) -> ChatResult:
+        prompt, completion = self._count(response)
+        choices = getattr(response, "choices", None)
+        if not choices:
+            shown = response[:80] if isinstance(response, str) else type(response).__name__
+            raise _BadResponse(f"answer has no choices ({shown!r})")
+        choice = choices[0]
+        text = getattr(choice, "text", None)
+        if not isinstance(text, str):
+            raise _BadResponse(f"answer is not a text completion (choice without 'text', got {type(text).__name__})")
+        extra = getattr(choice, "model_extra", None) or {}
+        matched = extra.get("stop_reason", extra.get("stopping_word"))
+        return ChatResult(text, None, getattr(choice, "finish_reason", None), prompt, completion, attempts, seconds,
+                          stop=matched if isinstance(matched, str) and matched else None)
+
+    def _result(self, response: Any, attempts: int, seconds: float) -> ChatResult:
+        prompt, completion = self._count(response)
         choices = getattr(response, "choices", None)
         if not choices:
             shown = response[:80] if isinstance(response, str) else type(response).__name__

@@ -9,7 +9,7 @@ from pathlib import Path
 from r2med.reporting.official import official_tree_path
 
 #: The first folder of each kind of system path and the number of folders such a path has.
-_SHAPES = {"base retriever": (2,), "gar": (4,), "reranker": (3, 4), "fusion": (2,)}
+_SHAPES = {"base retriever": (2,), "gar": (4,), "reranker": (3, 4), "fusion": (2,), "agent": (4,)}
 
 
 def system_path(folder: Path, root: Path) -> str:

@@ -22,7 +22,7 @@ from r2med.store.runs import write_trec_run
 from r2med.types import Run, Scores
 
 BASE = "base retriever"
-KINDS = (BASE, "gar", "reranker", "fusion")
+KINDS = (BASE, "gar", "reranker", "fusion", "agent")
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class SystemPath:
         if self.kind not in KINDS:
             raise UsageError(f"system path kind {self.kind!r} is not one of: {', '.join(KINDS)}")
         roles = {"system": self.system}
-        if self.kind == "gar":
+        if self.kind in ("gar", "agent"):
             roles.update(method=self.method, llm=self.llm)
         if self.kind == "reranker":
             roles["reranker"] = self.reranker
@@ -77,6 +77,11 @@ class SystemPath:
         return cls("fusion", system)
 
     @classmethod
+    def agent(cls, style: str, llm: str, system: str) -> SystemPath:
+        """An agent's own ranking: ``agent/<style>/<llm>/<retriever it searched with>`` (r2med's own)."""
+        return cls("agent", system, method=style, llm=llm)
+
+    @classmethod
     def parse(cls, text: str) -> SystemPath:
         parts = [p for p in text.strip("/").split("/") if p]
         if len(parts) == 2 and parts[0] == BASE:
@@ -85,19 +90,22 @@ class SystemPath:
             return cls.gar(parts[1], parts[2], parts[3])
         if len(parts) == 2 and parts[0] == "fusion":
             return cls.fusion(parts[1])
+        if len(parts) == 4 and parts[0] == "agent":
+            return cls.agent(parts[1], parts[2], parts[3])
         if len(parts) == 4 and parts[0] == "reranker" and parts[3].startswith("top_") and parts[3][4:].isdigit():
             return cls.rerank(parts[1], parts[2], int(parts[3][4:]))
         raise UsageError(
             f"'{text}' is not a system path; expected 'base retriever/<system>', "
-            "'gar/<method>/<llm>/<system>', 'reranker/<reranker>/<system>/top_<k>' or 'fusion/<system>'"
+            "'gar/<method>/<llm>/<system>', 'reranker/<reranker>/<system>/top_<k>', 'fusion/<system>' or "
+            "'agent/<style>/<llm>/<system>'"
         )
 
     @property
     def parts(self) -> tuple[str, ...]:
         if self.kind == BASE:
             return (BASE, self.system)
-        if self.kind == "gar":
-            return ("gar", str(self.method), str(self.llm), self.system)
+        if self.kind in ("gar", "agent"):
+            return (self.kind, str(self.method), str(self.llm), self.system)
         if self.kind == "fusion":
             return ("fusion", self.system)
         return ("reranker", str(self.reranker), self.system, f"top_{self.top_k}")
