@@ -34,6 +34,16 @@ A spec file (``r2med run --config pipeline.toml``)::
     top_k = 100
     truncate = false              # true: keep only the reranked top k (the official reranker runs)
 
+Instead of ``[[retriever]]`` tables, an ``[agent]`` table makes an agentic search loop the first stage
+(``r2med agent``; its keys are ``AgentConfig``'s fields plus ``search_with`` and ``knowledge_dir``)::
+
+    [agent]
+    style = "search-r1"           # or "search-o1"
+    llm_model = "PeterJinGo/SearchR1-nq_hotpotqa_train-qwen2.5-7b-em-ppo"
+    base_url = "http://localhost:8000/v1"
+    search_with = "bm25"          # anything `r2med run --retriever` takes
+    search_top_k = 3
+
 Unknown keys are errors (a typo must not silently fall back to a default).
 
 >>> spec = parse_spec({"retriever": [{"name": "bm25"}]}, base=Path("."))
@@ -49,6 +59,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, get_args, get_origin, get_type_hints
 
+from r2med.agent.loop import AgentConfig
 from r2med.errors import InvalidInputError, MissingResourceError, UsageError
 from r2med.io.names import check_name
 from r2med.rerankers.registry import RerankerOptions
@@ -81,6 +92,16 @@ class RerankSpec:
 
 
 @dataclass(frozen=True)
+class AgentSpec:
+    """The agent stage: ``config`` (style, LLM, limits), the retriever it searches with, and an optional
+    ``knowledge_dir`` (a corpus it searches instead of each dataset's own)."""
+
+    config: AgentConfig
+    search_with: RetrieverSpec = field(default_factory=lambda: RetrieverSpec("bm25"))
+    knowledge_dir: Path | None = None
+
+
+@dataclass(frozen=True)
 class PipelineSpec:
     """Everything a pipeline does: datasets -> first stage -> (fusion) -> (reranking).
 
@@ -105,12 +126,15 @@ class PipelineSpec:
     first_stage_system: str | None = None
     reranker: RerankSpec | None = None
     cache: bool = True
+    agent: AgentSpec | None = None
 
     def __post_init__(self) -> None:
         if self.top_k < 1:
             raise UsageError(f"--top-k must be at least 1, got {self.top_k}")
-        if bool(self.retrievers) == (self.first_stage is not None):
-            raise UsageError("a pipeline needs either retrievers or a stored first stage (not both)")
+        if bool(self.retrievers) + (self.first_stage is not None) + (self.agent is not None) != 1:
+            raise UsageError("a pipeline needs exactly one first stage: retrievers, a stored first stage or an agent")
+        if self.agent is not None and (self.expansion or self.fusion):
+            raise UsageError("an agent stage takes no --expansion or fusion (it searches with its own queries)")
         if self.first_stage is not None and self.reranker is None:
             raise UsageError("a stored first stage is only read to be reranked: name a reranker")
         if self.bm25_composition and not self.expansion:
@@ -127,6 +151,8 @@ class PipelineSpec:
             "top_k": self.top_k, "expansion": self.expansion, "answer_policy": self.answer_policy,
             "retrievers": [vars(r) for r in self.retrievers],
             "fusion": {"method": self.fusion.method, **self.fusion.options} if self.fusion else None,
+            "agent": ({**self.agent.config.key(), "search_with": vars(self.agent.search_with),
+                       "knowledge_dir": str(self.agent.knowledge_dir or "")} if self.agent else None),
         }
 
 
@@ -284,13 +310,18 @@ def parse_spec(raw: dict[str, Any], *, base: Path, source: str = "pipeline spec"
 
     Every value is checked against its declared type (InvalidInputError naming ``source``, the table and the key).
     """
-    _check_keys(raw, {"pipeline", "expansion", "retriever", "fusion", "reranker"}, source)
+    _check_keys(raw, {"pipeline", "expansion", "retriever", "fusion", "reranker", "agent"}, source)
     where = f"{source} [pipeline]"
     head = _table(raw, "pipeline", source)
     _check_keys(head, {"name", "datasets", "data_dir", "output", "top_k"}, where)
     name = _name(head["name"], where, "name") if "name" in head else None
-    retrievers_raw = raw.get("retriever", [])
-    if not isinstance(retrievers_raw, list) or not retrievers_raw:
+    agent = _agent(_table(raw, "agent", source), f"{source} [agent]", base) if "agent" in raw else None
+    retrievers_raw = raw.get("retriever", [] if agent is None else None)
+    if agent is not None and retrievers_raw is not None:
+        raise InvalidInputError(f"{source}: an [agent] table is the first stage; remove the [[retriever]] tables")
+    if agent is not None:
+        retrievers_raw = []
+    elif not isinstance(retrievers_raw, list) or not retrievers_raw:
         raise InvalidInputError(f"{source}: needs at least one [[retriever]] table with a name (e.g. name = \"bm25\")")
     retrievers = [_retriever(entry, f"{source} [[retriever]] #{i}") for i, entry in enumerate(retrievers_raw, start=1)]
     fusion = _fusion(_table(raw, "fusion", source), f"{source} [fusion]") if "fusion" in raw else None
@@ -316,9 +347,39 @@ def parse_spec(raw: dict[str, Any], *, base: Path, source: str = "pipeline spec"
             bm25_composition=expansion.get("bm25_composition"),
             fusion=fusion,
             reranker=_rerank_spec(_table(raw, "reranker", source), f"{source} [reranker]") if "reranker" in raw else None,
+            agent=agent,
         )
     except UsageError as exc:  # a rule across tables (e.g. bm25_composition without an expansion spec)
         raise InvalidInputError(f"{source}: {exc}") from None
+
+
+_AGENT_TYPES = get_type_hints(AgentConfig)
+
+
+def _agent(table: dict[str, Any], where: str, base: Path) -> AgentSpec:
+    """``[agent]``: ``AgentConfig``'s fields, ``search_with`` (a retriever name) and ``knowledge_dir``."""
+    from r2med.agent.styles import STYLES
+    from r2med.agent.templates import TEMPLATES
+
+    _check_keys(table, set(_AGENT_TYPES) | {"search_with", "knowledge_dir"}, where)
+    for key in ("style", "llm_model", "base_url"):
+        if key not in table:
+            raise InvalidInputError(f"{where}: needs {key} (e.g. style = \"search-r1\", llm_model = \"MODEL\", "
+                                    "base_url = \"http://localhost:8000/v1\")")
+    values = {key: _typed(value, _AGENT_TYPES[key], where, key) for key, value in table.items() if key in _AGENT_TYPES}
+    _choice(values.get("style"), tuple(STYLES), where, "style")
+    _choice(values.get("chat_template"), tuple(TEMPLATES), where, "chat_template")
+    for key in ("search_top_k", "max_turns", "max_tokens", "concurrency", "max_requests"):
+        _at_least_one(values.get(key), where, key)
+    if "llm_name" in values:
+        _name(values["llm_name"], where, "llm_name")
+    search_with = _typed(table.get("search_with", "bm25"), str, where, "search_with")
+    knowledge = _path(table["knowledge_dir"], base, f"{where}: knowledge_dir") if "knowledge_dir" in table else None
+    try:
+        config = AgentConfig(**values)
+    except UsageError as exc:
+        raise InvalidInputError(f"{where}: {exc}") from None
+    return AgentSpec(config, RetrieverSpec(search_with), knowledge)
 
 
 _RERANK_STAGE_KEYS = {"name", "top_k", "truncate", "identical_ids"}

@@ -81,3 +81,8 @@ class ResultsBusyError(R2MedError):
     """Another r2med process holds the lock of the results directory (exit 6: a runtime conflict, not bad input)."""
 
     exit_code = 6
+
+
+class IncompleteResultError(ProviderError):
+    """A stage finished a dataset with some queries failed: what it made is written (an agent's files), its result
+    is not stored, the other datasets still run, and the run ends with this error (exit 6); a rerun retries them."""

@@ -1,6 +1,7 @@
 """``run_pipeline(spec)``: build the stages a ``PipelineSpec`` names and run them in order.
 
-First stage: each retriever (plain or with the spec's expansion), or stored runs (``first_stage``);
+First stage: each retriever (plain or with the spec's expansion), stored runs (``first_stage``) or an agentic
+search loop (``agent``: its own ranking, besides its expansion file and trajectories);
 then the fusion of the retrievers' runs (``spec.fusion``); then the reranking of the last stage's runs
 (``spec.reranker``). Every stage goes through the one runner (``r2med.stages.run_stage``): it reads from
 and writes to the store (``spec.output``), so rerunning an interrupted or changed pipeline recomputes only
@@ -13,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from r2med.config import PipelineSpec
 from r2med.datasets import dataset_loaders
@@ -20,7 +22,7 @@ from r2med.errors import UsageError
 from r2med.io.dirs import check_output_dir, usable_cache_dir
 from r2med.io.lock import DirectoryLock
 from r2med.settings import Settings, get_settings
-from r2med.stages import DatasetResult, FirstStage, Fuse, Rerank, Retrieve, Stage, run_stage
+from r2med.stages import Agent, DatasetResult, FirstStage, Fuse, Rerank, Retrieve, Stage, run_stage
 from r2med.stages.retrieve import Expansion
 from r2med.store.results import SystemPath
 
@@ -32,11 +34,13 @@ def run_pipeline(
     progress: bool = True,
     resume: bool = True,
     on_result: Callable[[str, DatasetResult], None] | None = None,
+    client: Any = None,
 ) -> dict[str, list[DatasetResult]]:
     """Run every stage of ``spec``; returns ``{system path: [DatasetResult per dataset]}`` in stage order.
 
     With ``resume`` a stage whose stored result has the same configuration and data is not recomputed;
-    ``progress`` shows progress bars; ``on_result(system path, result)`` is called after each dataset.
+    ``progress`` shows progress bars; ``on_result(system path, result)`` is called after each dataset;
+    ``client``: the chat client an agent stage uses (default: one for its config).
     """
     settings = settings or get_settings()
     check_output_dir(spec.output)  # a file, under a file or unwritable: an error now, not after the work
@@ -47,12 +51,12 @@ def run_pipeline(
     loaders = [load for _, load in named]
     with DirectoryLock(spec.output) as lock:
         return _run(spec, named, loaders, lock, settings=settings, cache_dir=cache_dir, progress=progress,
-                    resume=resume, on_result=on_result)
+                    resume=resume, on_result=on_result, client=client)
 
 
 def _run(spec: PipelineSpec, named: list, loaders: list, lock: DirectoryLock, *, settings: Settings,
          cache_dir: Path | None, progress: bool, resume: bool,
-         on_result: Callable[[str, DatasetResult], None] | None) -> dict[str, list[DatasetResult]]:
+         on_result: Callable[[str, DatasetResult], None] | None, client: Any) -> dict[str, list[DatasetResult]]:
     results: dict[str, list[DatasetResult]] = {}
 
     def run(stage: Stage) -> SystemPath:
@@ -68,6 +72,17 @@ def _run(spec: PipelineSpec, named: list, loaders: list, lock: DirectoryLock, *,
                              f"(got {len(named)} datasets)")
         for name, _ in named:  # fail before any work when a first-stage run is missing
             first.path_for(name)
+    elif spec.agent is not None:
+        from r2med.retrievers.registry import make_retriever
+
+        knowledge = None
+        if spec.agent.knowledge_dir is not None:
+            from r2med.datasets.local import load_corpus
+
+            knowledge = load_corpus(spec.agent.knowledge_dir)
+        agent = Agent(spec.agent.config, make_retriever(spec.agent.search_with, cache_dir=cache_dir, progress=progress),
+                      knowledge=knowledge, settings=settings, top_k=spec.top_k, client=client, progress=progress)
+        first = FirstStage.resolve(str(run(agent)), output=spec.output)
     else:
         from r2med.retrievers.registry import make_retriever
 

@@ -53,11 +53,11 @@ TEMPLATES: Mapping[str, ChatTemplate] = MappingProxyType({t.name: t for t in (
 
 #: model name pattern -> template, first match wins
 _BY_NAME: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"qwq", re.I), "qwq"),
-    (re.compile(r"qwen[-_]?2\.5|searchr1|search-r1", re.I), "qwen2.5"),
-    (re.compile(r"qwen", re.I), "chatml"),
-    (re.compile(r"gemma", re.I), "gemma"),
-    (re.compile(r"llama[-_]?3", re.I), "llama3"),
+    (re.compile(r"qwq", re.IGNORECASE), "qwq"),
+    (re.compile(r"qwen[-_]?2\.5|searchr1|search-r1", re.IGNORECASE), "qwen2.5"),
+    (re.compile(r"qwen", re.IGNORECASE), "chatml"),
+    (re.compile(r"gemma", re.IGNORECASE), "gemma"),
+    (re.compile(r"llama[-_]?3", re.IGNORECASE), "llama3"),
 )
 
 

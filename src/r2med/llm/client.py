@@ -119,6 +119,8 @@ class BudgetExceeded(ProviderError):
 class _FatalError(ProviderError):
     """A failure no other job can escape (bad key, unknown model, no quota): the run stops."""
 
+    fatal = True
+
 
 class _BadResponse(Exception):
     """A 2xx answer without a usable choice; retried."""
@@ -216,8 +218,10 @@ class ChatClient:
         """One chat completion with retries (the client is made once per event loop)."""
         return await self._complete(self._client_for_loop(), messages, params)
 
-    async def complete_text(self, prompt: str, params: SamplingParams, *, stop: Sequence[str] = ()) -> ChatResult:
-        """One text completion (``POST /v1/completions``) of ``prompt`` with retries, ending at any of ``stop``.
+    async def complete_text(self, prompt: str, params: SamplingParams, *, stop: Sequence[str] = (),
+                            extra: dict[str, Any] | None = None) -> ChatResult:
+        """One text completion (``POST /v1/completions``) of ``prompt`` with retries, ending at any of ``stop``;
+        ``extra``: request fields outside OpenAI's API (vLLM's and llama.cpp's ``top_k``, ``repetition_penalty``).
 
         An empty text is a valid answer here (the model may stop at once). ``ChatResult.stop`` is the stop string
         the server says it matched (vLLM's ``stop_reason``, llama.cpp's ``stopping_word``), else ``None``.
@@ -228,6 +232,8 @@ class ChatClient:
             request = params.to_request()
             if stop:
                 request["stop"] = list(stop)
+            if extra:
+                request["extra_body"] = dict(extra)
             return client.completions.create(model=self.model, prompt=prompt, **request)
 
         return await self._attempts(send, self._text_result)

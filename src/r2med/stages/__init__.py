@@ -8,16 +8,19 @@ layout and its manifest.
 
 - :class:`~r2med.stages.retrieve.Retrieve`: a retriever, plain or with an expansion (GAR);
 - :class:`~r2med.stages.fuse.Fuse`: the stored runs of earlier stages fused into one;
-- :class:`~r2med.stages.rerank.Rerank`: an earlier stage's stored runs reranked.
+- :class:`~r2med.stages.rerank.Rerank`: an earlier stage's stored runs reranked;
+- :class:`~r2med.stages.agent.Agent`: an agentic search loop (Search-R1, Search-o1); its run is the agent's own
+  ranking, and it writes the agent's expansion file and trajectories.
 
 ``r2med.pipeline.run_pipeline(spec)`` builds the stages a ``PipelineSpec`` names and runs them in order.
 Importing this package imports no heavy dependency.
 """
 
+from r2med.stages.agent import Agent
 from r2med.stages.base import DatasetResult, Stage, summarise
 from r2med.stages.fuse import Fuse
 from r2med.stages.rerank import FirstStage, Rerank
 from r2med.stages.retrieve import Expansion, Retrieve
 from r2med.stages.runner import run_stage
 
-__all__ = ["DatasetResult", "Expansion", "FirstStage", "Fuse", "Rerank", "Retrieve", "Stage", "run_stage", "summarise"]
+__all__ = ["Agent", "DatasetResult", "Expansion", "FirstStage", "Fuse", "Rerank", "Retrieve", "Stage", "run_stage", "summarise"]

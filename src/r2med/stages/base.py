@@ -20,6 +20,8 @@ class Stage(Protocol):
     whose manifest has the same configuration is reused. ``run(dataset)`` makes the run; afterwards
     ``details(dataset)`` adds facts to the manifest (LLM usage, fallbacks) and ``artifacts(dataset)``
     names extra JSONL files (``{"windows": [rows]}`` -> ``<Dataset>.windows.jsonl``) stored beside the result.
+    A stage may set ``judged_all = True``: judged queries missing from its run then count as 0 (an agent's query
+    without a search); by default only queries in both are averaged, as the official numbers were.
     """
 
     where: SystemPath

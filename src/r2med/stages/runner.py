@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from r2med.datasets.model import Dataset
-from r2med.errors import DamagedFileError
+from r2med.errors import DamagedFileError, IncompleteResultError
 from r2med.evaluation import evaluate
 from r2med.io.atomic import recorded_writes, remove_file, write_atomic
 from r2med.io.lock import DirectoryLock
@@ -67,6 +67,7 @@ def run_stage(
     own = lock is None
     held = DirectoryLock(output) if lock is None else lock
     results = []
+    incomplete: list[str] = []
     try:
         for item in datasets:
             start = time.perf_counter()
@@ -79,13 +80,21 @@ def run_stage(
                 logger.info("%s: reusing the stored result %s (same configuration and data)", dataset.name, files.result)
                 result = DatasetResult(dataset.name, scores, files, 0.0, reused=True)
             else:
-                result = _compute(stage, dataset, config, output, start)
+                try:
+                    result = _compute(stage, dataset, config, output, start)
+                except IncompleteResultError as exc:  # its files are written; the other datasets still run
+                    logger.error("%s: %s", dataset.name, exc)
+                    incomplete.append(f"{dataset.name}: {exc}")
+                    continue
             results.append(result)
             if on_result is not None:
                 on_result(result)
     finally:
         if own:
             held.release()
+    if incomplete:
+        raise IncompleteResultError(f"{stage.where}: {len(incomplete)} dataset(s) incomplete, their results not stored "
+                                    f"(rerun to finish them): " + "; ".join(incomplete))
     return results
 
 
@@ -93,7 +102,8 @@ def _compute(stage: Stage, dataset: Dataset, config: dict[str, Any], output: Pat
     run = stage.run(dataset)
     searched = time.perf_counter()
     artifacts = stage.artifacts(dataset)
-    scores = evaluate(dataset.qrels, run, ignore_identical_ids=stage.ignore_identical_ids)
+    scores = evaluate(dataset.qrels, run, ignore_identical_ids=stage.ignore_identical_ids,
+                      judged_all=getattr(stage, "judged_all", False))
     seconds = time.perf_counter() - start
     folder = stage.where.directory(output)
     planned = result_files(output, stage.where, dataset.name)

@@ -1,0 +1,544 @@
+"""The agent loop: Search-R1 or Search-o1 over a corpus, many queries at once, resumable.
+
+For each query the model continues one text (``r2med.agent.styles``): it reasons, closes a search query, the
+corpus is searched (``r2med.agent.search``), the results are appended (Search-R1: the passages; Search-o1:
+what a Reason-in-Documents call condensed from them), and the model continues, until it answers, stops
+without a search, runs out of tokens, or reaches the search or turn limit. Queries run concurrently
+(``concurrency`` requests in flight); one query's failure never stops the others.
+
+Every LLM response is appended to ``<out>/agent-cache.jsonl`` before it is used (keyed by model, prompt,
+stop strings and sampling): a killed run, rerun, replays the finished requests from the cache and sends
+only the ones it never finished. Searches are deterministic (one text at a time, the same index), so a
+replayed query rebuilds the same prompts. At the end, in dataset order:
+
+- ``<out>/query_with_hydoc.jsonl``: the official expansion file (``hy_doc``: the answer, see ``answer_of``);
+- ``<out>/trajectories.jsonl``: per query every turn's text, finish reason, tokens; every search's query,
+  returned ids and scores, the condensed documents (Search-o1); the stop reason and the answer;
+- ``<out>/summary.json``: the configuration and the counts;
+
+and :class:`AgentReport` carries the agent's own ranking (every document its searches returned, fused by RRF).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import IO, Any
+
+from r2med import __version__
+from r2med.agent import styles as st
+from r2med.agent.search import CorpusSearcher, search_r1_contents
+from r2med.agent.templates import template_for_model, templates
+from r2med.datasets.model import Dataset
+from r2med.errors import MissingResourceError, ProviderError, UsageError
+from r2med.http import safe_url
+from r2med.io.atomic import write_atomic, write_text_atomic
+from r2med.llm.reasoning import POLICIES
+from r2med.types import Run
+
+logger = logging.getLogger(__name__)
+
+CACHE_FILE = "agent-cache.jsonl"
+EXPANSION_FILE = "query_with_hydoc.jsonl"
+TRAJECTORIES_FILE = "trajectories.jsonl"
+SUMMARY_FILE = "summary.json"
+#: RRF's k for the agent's own ranking (the usual 60)
+RRF_K = 60
+
+#: why a query's loop ended
+STOP_REASONS = {
+    "answer": "the model gave its answer",
+    "no-answer": "the model stopped without a search and without an answer",
+    "length": "a generation reached max_tokens",
+    "search-limit": "the model asked for a search beyond max_searches",
+    "repeated-search": "Search-R1 asked the same search twice in a row",
+    "empty-search": "the model closed an empty search query",
+    "max-turns": "the turn limit was reached with the model still searching",
+    "budget": "the request or token budget ran out",
+    "error": "a request failed after its retries (the query is not written; rerun to retry it)",
+}
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """One agent: ``style`` (search-r1 | search-o1), the LLM (``llm_model`` at ``base_url``; ``llm_name`` names its
+    folder, default the model id), and the loop's limits. ``None`` takes the style's default (the authors')."""
+
+    style: str
+    llm_model: str
+    base_url: str
+    llm_name: str | None = None
+    chat_template: str | None = None
+    search_top_k: int | None = None
+    max_searches: int | None = None
+    max_turns: int | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    concurrency: int = 16
+    policy: str = "fallback"
+    max_requests: int | None = None
+
+    def __post_init__(self) -> None:
+        st.agent_style(self.style)  # UsageError with the valid names
+        if self.policy not in POLICIES:
+            raise UsageError(f"unknown answer policy {self.policy!r}; valid: {', '.join(POLICIES)}")
+        for name in ("search_top_k", "max_turns", "max_tokens", "concurrency", "max_requests"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise UsageError(f"{name.replace('_', '-')} must be at least 1, got {value}")
+        if self.max_searches is not None and self.max_searches < 0:
+            raise UsageError(f"max-searches must be at least 0, got {self.max_searches}")
+        if self.chat_template is not None:
+            templates().get(self.chat_template)
+
+    @property
+    def name(self) -> str:
+        return self.llm_name or self.llm_model
+
+    def resolved(self) -> AgentConfig:
+        """Every ``None`` replaced by the style's default; the chat template from the model's name (UsageError
+        when it names none: pass ``chat_template``)."""
+        style = st.agent_style(self.style)
+        d = style.defaults
+        template = self.chat_template or template_for_model(self.llm_model) or template_for_model(self.name)
+        if template is None:
+            raise UsageError(f"no chat template is known for {self.llm_model!r}; pass --chat-template "
+                             f"({', '.join(templates().names())})")
+        return replace(
+            self, style=style.name, chat_template=template,
+            search_top_k=self.search_top_k or d.top_k,
+            max_searches=d.max_searches if self.max_searches is None else self.max_searches,
+            max_turns=self.max_turns or max(d.max_turns, (self.max_searches or 0) + 1),
+            max_tokens=self.max_tokens or style.max_tokens(self.llm_model),
+            temperature=d.temperature if self.temperature is None else self.temperature,
+            top_p=d.top_p if self.top_p is None else self.top_p,
+        )
+
+    def key(self) -> dict[str, Any]:
+        """What determines the agent's output (manifests, summaries): no address, concurrency or budget."""
+        out = asdict(self.resolved())
+        for name in ("base_url", "concurrency", "max_requests", "llm_name"):
+            out.pop(name)
+        out["extra"] = st.agent_style(self.style).extra(self.llm_model)
+        return out
+
+
+@dataclass
+class AgentReport:
+    """What one ``run_agent`` call did."""
+
+    dataset: str
+    style: str
+    llm: str
+    queries: int = 0
+    written: int = 0
+    llm_calls: int = 0
+    cached_calls: int = 0
+    search_calls: int = 0
+    repeated_searches: int = 0
+    searches: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    fell_back: int = 0
+    stop_reasons: dict[str, int] = field(default_factory=dict)
+    failures: dict[str, str] = field(default_factory=dict)
+    stopped: str | None = None
+    seconds: float = 0.0
+    paths: dict[str, Path] = field(default_factory=dict)
+    run: Run | None = None
+    trajectories: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        return not self.failures and self.stopped is None
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {k: v for k, v in asdict(self).items() if k not in ("run", "trajectories")}
+        out["paths"] = {k: str(v) for k, v in self.paths.items()}
+        return out
+
+
+class _Stop(Exception):
+    """Ends one query's loop with a reason (budget) without an error."""
+
+
+def answer_of(style: str, trajectory: dict[str, Any], *, thinking_template: bool) -> str | None:
+    """The part of a trajectory that becomes ``hy_doc`` (None: the agent gave no answer).
+
+    Search-R1: the text inside the first closed ``<answer>...</answer>`` of the model's turns (what r2med's
+    ``search-r1`` reasoning style takes from the published files). Search-o1: the model's final turn (the text
+    after its last search result) after its last ``</think>``, when the loop ended by the model stopping;
+    with a template that opens a thinking block (QwQ) a final turn that never closed it is no answer.
+
+    >>> answer_of("search-r1", {"stop_reason": "answer", "turns": [{"text": "<think>x</think><answer> B </answer>"}]},
+    ...           thinking_template=False)
+    'B'
+    >>> answer_of("search-o1", {"stop_reason": "answer", "turns": [{"text": "hm</think>\\n\\nAspirin."}]},
+    ...           thinking_template=True)
+    'Aspirin.'
+    """
+    if trajectory["stop_reason"] != "answer" or not trajectory["turns"]:
+        return None
+    last = trajectory["turns"][-1]["text"]
+    if style == "search-r1":
+        return st.first_between(last, *st.R1_ANSWER)
+    if "</think>" in last:
+        return last.rsplit("</think>", 1)[1].strip()
+    return None if thinking_template else last.strip()
+
+
+def agent_ranking(trajectories: list[dict[str, Any]], *, top_k: int = 100, name: str = "agent") -> Run:
+    """Every document the agent's searches returned, fused over its searches by RRF (k=60; a query without a search
+    has an empty ranking).
+
+    >>> t = [{"id": "q", "searches": [{"ids": ["a", "b"]}, {"ids": ["b"]}]}]
+    >>> agent_ranking(t)["q"]  # b: 1/62 + 1/61, a: 1/61
+    {'b': 0.03252247488101534, 'a': 0.01639344262295082}
+    """
+    from r2med.fusion import rrf
+
+    out = Run(name=name)
+    for row in trajectories:
+        qid = row["id"]
+        runs = [Run({qid: {did: float(len(s["ids"]) - i) for i, did in enumerate(s["ids"])}})
+                for s in row["searches"] if s["ids"]]
+        out[qid] = dict(rrf(runs, k=RRF_K, depth=top_k).get(qid, {})) if runs else {}
+    return out
+
+
+class _Engine:
+    """One dataset's agent run: the client, the cache, the searcher, and the per-query loops."""
+
+    def __init__(self, config: AgentConfig, searcher: CorpusSearcher, client: Any, cache: Any,
+                 report: AgentReport) -> None:
+        self.config = config
+        self.style = st.agent_style(config.style)
+        self.template = templates().get(str(config.chat_template))
+        self.searcher = searcher
+        self.client = client
+        self.cache = cache
+        self.report = report
+        self.search_cache: dict[str, list[tuple[str, float]]] = {}
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="r2med-search")
+        self.halt: BaseException | None = None
+        self.extra = self.style.extra(config.llm_model)
+
+    # ------------------------------------------------------------------ LLM and search
+    def params(self) -> Any:
+        from r2med.llm.client import SamplingParams
+
+        return SamplingParams(temperature=self.config.temperature, top_p=self.config.top_p,
+                              max_tokens=self.config.max_tokens, seed=self.config.seed)
+
+    async def generate(self, prompt: str, stop: tuple[str, ...]) -> dict[str, Any]:
+        """A completion of ``prompt``: from the cache, else requested and appended to the cache before it is used."""
+        from r2med.llm.client import request_key
+
+        params = self.params()
+        key = request_key(self.config.llm_model, [{"role": "completion", "content": prompt}], params,
+                          extra={"stop": list(stop), **self.extra})
+        record = self.cache.get(key)
+        if record is not None:
+            self.report.cached_calls += 1
+            return record
+        if self.halt is not None:
+            raise _Stop("stopped")
+        result = await self.client.complete_text(prompt, params, stop=stop, extra=self.extra)
+        record = {"text": result.text, "finish_reason": result.finish_reason, "stop": result.stop,
+                  "prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens,
+                  "seconds": round(result.seconds, 3), "attempts": result.attempts, "model": self.config.llm_model,
+                  "r2med": __version__}
+        self.cache.append(key, record)
+        self.report.llm_calls += 1
+        return self.cache.get(key)
+
+    async def search(self, query: str) -> list[tuple[str, float]]:
+        """The top k of ``query``; a query searched before in this run is answered from the run's search cache."""
+        if query in self.search_cache:
+            self.report.repeated_searches += 1
+            return self.search_cache[query]
+        loop = asyncio.get_running_loop()
+        hits = await loop.run_in_executor(self.executor, self.searcher.search, [query], int(self.config.search_top_k))
+        self.report.search_calls += 1
+        self.search_cache[query] = hits[0]
+        return hits[0]
+
+    # ------------------------------------------------------------------ one query
+    async def run_query(self, qid: str, question: str) -> dict[str, Any]:
+        style = self.style
+        if style.name == "search-r1":
+            user = st.r1_prompt(question)
+        else:
+            user = st.o1_prompt(question, max_searches=int(self.config.max_searches), model=self.config.llm_model)
+        prompt = self.template.wrap(user)
+        row: dict[str, Any] = {"id": qid, "question": question, "style": style.name, "llm": self.config.name,
+                               "prompt": prompt, "turns": [], "searches": [], "output": "", "stop_reason": None,
+                               "answer": None, "error": None}
+        try:
+            await (self._r1(row) if style.name == "search-r1" else self._o1(row))
+        except _Stop:  # another query's request stopped the run
+            from r2med.llm.client import BudgetExceeded
+
+            budget = isinstance(self.halt, BudgetExceeded)
+            row["stop_reason"], row["error"] = ("budget", None) if budget else ("error", f"not run: {self.halt}")
+        except ProviderError as exc:
+            from r2med.llm.client import BudgetExceeded
+
+            if isinstance(exc, BudgetExceeded):
+                row["stop_reason"] = "budget"
+                self.halt = self.halt or exc
+            else:
+                row["stop_reason"], row["error"] = "error", str(exc)
+                if getattr(exc, "fatal", False):  # bad key, unknown model: no other query can do better
+                    self.halt = self.halt or exc
+        except MissingResourceError as exc:  # the server refuses connections: no other query can do better
+            row["stop_reason"], row["error"] = "error", str(exc)
+            self.halt = self.halt or exc
+        row["answer"] = answer_of(style.name, row, thinking_template=self.template.after.endswith("<think>\n"))
+        return row
+
+    async def _turn(self, row: dict[str, Any], prompt: str) -> tuple[str, dict[str, Any], bool]:
+        """One generation: its text (the closing tag put back when the server stopped at it), the record, and
+        whether the turn ended by closing a search query."""
+        open_tag, close_tag = self.style.search_tags
+        record = await self.generate(prompt, self.style.stop)
+        text = record["text"]
+        closed = record["finish_reason"] == "stop" and (
+            record.get("stop") == close_tag or (record.get("stop") is None and st.opens_unclosed(text, open_tag, close_tag)))
+        if closed:
+            text += close_tag
+        row["turns"].append({"text": text, "finish_reason": record["finish_reason"], "stop": record.get("stop"),
+                             "prompt_tokens": record["prompt_tokens"], "completion_tokens": record["completion_tokens"],
+                             "seconds": record["seconds"]})
+        return text, record, closed
+
+    async def _r1(self, row: dict[str, Any]) -> None:
+        last_query = None
+        for _ in range(int(self.config.max_turns)):
+            text, record, closed = await self._turn(row, row["prompt"] + row["output"])
+            query = st.last_between(text, *st.R1_SEARCH) if closed else None
+            if query is None:
+                row["output"] += text
+                if st.first_between(text, *st.R1_ANSWER) is not None:
+                    row["stop_reason"] = "answer"
+                else:
+                    row["stop_reason"] = "length" if record["finish_reason"] == "length" else "no-answer"
+                return
+            reason = self._refuse(row, query, last_query)
+            if reason is not None:
+                row["output"] += text
+                row["stop_reason"] = reason
+                return
+            hits = await self.search(query)
+            passages = st.r1_passages([search_r1_contents(did, self.searcher.documents[did]) for did, _ in hits])
+            row["searches"].append(_search_row(query, hits))
+            row["output"] += st.r1_information(text, passages)
+            last_query = query
+        row["stop_reason"] = "max-turns"
+
+    def _refuse(self, row: dict[str, Any], query: str, last_query: str | None) -> str | None:
+        if not query:
+            return "empty-search"
+        if len(row["searches"]) >= int(self.config.max_searches):
+            return "search-limit"
+        if query == last_query:
+            return "repeated-search"
+        return None
+
+    async def _o1(self, row: dict[str, Any]) -> None:
+        executed: set[str] = set()
+        for _ in range(int(self.config.max_turns)):
+            text, record, _ = await self._turn(row, row["prompt"] + row["output"])
+            row["output"] += text
+            query = st.last_between(text, st.BEGIN_SEARCH_QUERY, st.END_SEARCH_QUERY)
+            asked = row["output"].rstrip().endswith(st.END_SEARCH_QUERY)
+            if not (query and asked):  # as the authors' loop: the query is finished
+                if asked and query == "":
+                    row["stop_reason"] = "empty-search"
+                else:
+                    row["stop_reason"] = "length" if record["finish_reason"] == "length" else "answer"
+                return
+            if len(executed) >= int(self.config.max_searches):
+                row["output"] += st.O1_LIMIT_MESSAGE
+                row["turns"][-1]["note"] = "search limit message"
+                continue
+            if query in executed:
+                row["output"] += st.O1_REPEAT_MESSAGE
+                row["turns"][-1]["note"] = "repeated query message"
+                continue
+            hits = await self.search(query)
+            documents = st.o1_documents([(did, self.searcher.documents[did]) for did, _ in hits])
+            condense = st.O1_REASON_IN_DOCUMENTS.format(prev_reasoning=st.o1_prev_reasoning(row["output"]),
+                                                        search_query=query, document=documents)
+            raw = await self.generate(self.template.wrap(condense), ())
+            analysis = st.o1_condensed(raw["text"])
+            row["searches"].append({**_search_row(query, hits), "condensed": analysis,
+                                    "reason_in_documents": {"text": raw["text"], "finish_reason": raw["finish_reason"],
+                                                            "prompt_tokens": raw["prompt_tokens"],
+                                                            "completion_tokens": raw["completion_tokens"]}})
+            row["output"] += st.o1_result_block(analysis)
+            executed.add(query)
+        row["stop_reason"] = "max-turns"
+
+
+def _search_row(query: str, hits: list[tuple[str, float]]) -> dict[str, Any]:
+    return {"query": query, "ids": [did for did, _ in hits], "scores": [score for _, score in hits]}
+
+
+def _run_sync(factory: Callable[[], Awaitable[Any]]) -> Any:
+    """Run a coroutine to the end from sync code, also when the caller is inside an event loop (a notebook)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(factory())
+    out: list[Any] = []
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            out.append(asyncio.run(factory()))
+        except BaseException as exc:  # noqa: BLE001 - handed to the calling thread
+            errors.append(exc)
+
+    thread = threading.Thread(target=target, name="r2med-agent")
+    thread.start()
+    thread.join()
+    if errors:
+        raise errors[0]
+    return out[0]
+
+
+def run_agent(
+    dataset: Dataset,
+    config: AgentConfig,
+    searcher: CorpusSearcher,
+    *,
+    out_dir: Path,
+    client: Any = None,
+    top_k: int = 100,
+    progress: bool = True,
+) -> AgentReport:
+    """Run the agent on every query of ``dataset``; write the expansion file, the trajectories and the summary.
+
+    ``client`` defaults to a ``ChatClient`` for the config (``max_requests`` as its budget). Returns the report,
+    whose ``run`` is the agent's ranking (``top_k`` per query) and ``failures`` the queries whose requests failed
+    (left out of the expansion file; a rerun retries only them). A fatal provider error (bad key, no server) or
+    a spent budget stops new requests; what finished is written before it is raised.
+    """
+    from tqdm.auto import tqdm
+
+    from r2med.llm.cache import ResponseCache
+    from r2med.llm.client import Budget, ChatClient
+
+    start = time.perf_counter()
+    config = config.resolved()
+    out_dir = Path(out_dir)
+    report = AgentReport(dataset.name, config.style, config.name, queries=len(dataset.queries))
+    report.paths = {"cache": out_dir / CACHE_FILE, "expansions": out_dir / EXPANSION_FILE,
+                    "trajectories": out_dir / TRAJECTORIES_FILE, "summary": out_dir / SUMMARY_FILE}
+    client = client or ChatClient(config.llm_model, config.base_url, budget=Budget(max_requests=config.max_requests))
+    cache = ResponseCache(report.paths["cache"])
+    engine = _Engine(config, searcher, client, cache, report)
+    bar = tqdm(total=len(dataset.queries), desc=f"{dataset.name}: {config.style} {config.name}", unit="query",
+               disable=not progress)
+
+    async def main() -> list[dict[str, Any]]:
+        gate = asyncio.Semaphore(int(config.concurrency))
+
+        async def one(qid: str, text: str) -> dict[str, Any]:
+            async with gate:
+                row = await engine.run_query(qid, text)
+            bar.update(1)
+            bar.set_postfix(llm=report.llm_calls, cached=report.cached_calls, searches=report.search_calls,
+                            refresh=False)
+            return row
+
+        try:
+            return list(await asyncio.gather(*(one(q, t) for q, t in dataset.queries.items())))
+        finally:
+            aclose = getattr(client, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+    try:
+        rows = _run_sync(main)
+    finally:
+        bar.close()
+        cache.close()
+        engine.executor.shutdown(wait=True)
+    report.trajectories = rows
+    report.run = agent_ranking(rows, top_k=top_k, name=f"{config.style}-{config.name}")
+    expansion_rows = _expansion_rows(dataset, config, rows, report)
+    _write_jsonl(report.paths["trajectories"], rows)
+    if expansion_rows:
+        _write_jsonl(report.paths["expansions"], expansion_rows)
+    report.seconds = time.perf_counter() - start
+    if engine.halt is not None:
+        report.stopped = str(engine.halt)
+    summary = {"report": report.as_dict(), "config": {**config.key(), "llm_name": config.name,
+                                                     "base_url": safe_url(config.base_url)},
+               "search": searcher.config(), "top_k": top_k, "r2med": __version__}
+    write_text_atomic(report.paths["summary"], json.dumps(summary, indent=2, ensure_ascii=False, default=str))
+    if report.failures:
+        logger.warning("%s: %d of %d queries failed and are not in %s (rerun to retry them); first: %s",
+                       dataset.name, len(report.failures), report.queries, report.paths["expansions"],
+                       next(iter(report.failures.items())))
+    if engine.halt is not None:
+        raise engine.halt
+    return report
+
+
+def _expansion_rows(dataset: Dataset, config: AgentConfig, rows: list[dict[str, Any]],
+                    report: AgentReport) -> list[dict[str, Any]]:
+    """The official expansion rows (dataset order) and the report's counts."""
+    out = []
+    reasons: Counter[str] = Counter()
+    for row in rows:
+        reasons[row["stop_reason"]] += 1
+        report.searches += len(row["searches"])
+        report.prompt_tokens += sum(t["prompt_tokens"] for t in row["turns"])
+        report.completion_tokens += sum(t["completion_tokens"] for t in row["turns"])
+        for search in row["searches"]:
+            used = search.get("reason_in_documents")
+            if used:
+                report.prompt_tokens += used["prompt_tokens"]
+                report.completion_tokens += used["completion_tokens"]
+        qid, text = row["id"], row["question"]
+        if row["stop_reason"] in ("error", "budget"):
+            report.failures[qid] = row["error"] or STOP_REASONS[row["stop_reason"]]
+            continue
+        answer = row["answer"]
+        fell_back = False
+        if not answer:
+            if config.policy == "error":
+                report.failures[qid] = f"no answer ({row['stop_reason']}: {STOP_REASONS[row['stop_reason']]})"
+                continue
+            answer, fell_back = (row["output"], False) if config.policy == "authors" else (text, True)
+            if not answer.strip():
+                answer, fell_back = text, True
+        report.fell_back += fell_back
+        extra = {k: v for k, v in dataset.query_fields.get(qid, {}).items() if k not in ("id", "text", "hy_doc")}
+        out.append({"id": qid, "text": text, "hy_doc": answer, **extra, "answer_policy": config.policy,
+                    "style": config.style, "stop_reason": row["stop_reason"], "searches": len(row["searches"]),
+                    "fell_back": fell_back})
+    report.stop_reasons = dict(sorted(reasons.items()))
+    report.written = len(out)
+    return out
+
+
+def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
+    def body(handle: IO[str]) -> None:
+        for row in rows:
+            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+    write_atomic(path, body)

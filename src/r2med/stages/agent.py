@@ -1,0 +1,98 @@
+"""``Agent``: an agentic search loop (Search-R1 or Search-o1) on each dataset, as a stage.
+
+Per dataset the agent searches the dataset's own corpus (or a ``knowledge`` corpus) with ``retriever`` and
+writes its official expansion file, trajectories and response cache under
+``$R2MED_HOME/expansions/<Dataset>/<style>/<llm>/`` (so ``r2med run --expansion <style>/<llm>`` searches with its
+answers). The stage's run is the agent's own ranking (every document its searches returned, RRF over its
+searches), stored under ``agent/<style>/<llm>/<retriever>/`` with the trajectories beside it
+(``<Dataset>.trajectories.jsonl``). A judged query the agent never searched for counts as 0 (``judged_all``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from r2med.agent.loop import AgentConfig, AgentReport, run_agent
+from r2med.datasets.model import Dataset
+from r2med.errors import IncompleteResultError
+from r2med.expansion.generate import expansion_dir, llm_dir_name
+from r2med.retrievers.base import Retriever
+from r2med.settings import Settings, get_settings
+from r2med.store.results import SystemPath
+from r2med.types import Run
+
+
+class Agent:
+    """Run ``config``'s agent over each dataset, searching with ``retriever`` (``knowledge``: a corpus to search
+    instead of the dataset's own). ``client``: an injected chat client (tests); ``top_k``: the ranking's depth."""
+
+    judged_all = True
+
+    def __init__(self, config: AgentConfig, retriever: Retriever, *, knowledge: Dataset | None = None,
+                 settings: Settings | None = None, top_k: int = 100, client: Any = None, progress: bool = True) -> None:
+        self.agent_config = config.resolved()
+        self.retriever = retriever
+        self.knowledge = knowledge
+        self.settings = settings or get_settings()
+        self.top_k = top_k
+        self.client = client
+        self.progress = progress
+        self.llm = llm_dir_name(self.agent_config.name)
+        self.where = SystemPath.agent(self.agent_config.style, self.llm, retriever.name)
+        self.ignore_identical_ids = retriever.ignore_identical_ids
+        self._reports: dict[str, AgentReport] = {}
+        self._searchers: dict[str, Any] = {}
+
+    def out_dir(self, dataset: Dataset) -> Path:
+        """Where the agent's files for ``dataset`` go (the expansion folder ``r2med run --expansion`` reads)."""
+        return expansion_dir(self.settings, dataset.name, self.agent_config.style, self.llm)
+
+    def _corpus(self, dataset: Dataset) -> tuple[Dataset, str]:
+        if self.knowledge is not None:
+            return self.knowledge, self.knowledge.source
+        return dataset, "dataset"
+
+    def config(self, dataset: Dataset) -> dict[str, Any]:
+        corpus, source = self._corpus(dataset)
+        describe = getattr(self.retriever, "describe", None)
+        return {
+            "agent": self.agent_config.key(),
+            "search": {"retriever": describe(corpus.name) if describe else {"retriever": self.retriever.name},
+                       "corpus": corpus.name, "source": source, "sha256": dict(corpus.sha256)},
+            "top_k": self.top_k, "judged_all": True,
+        }
+
+    def run(self, dataset: Dataset) -> Run:
+        from r2med.agent.search import open_searcher
+
+        corpus, source = self._corpus(dataset)
+        key = corpus.name if self.knowledge is not None else f"dataset:{dataset.name}"
+        if key not in self._searchers:
+            if self.knowledge is None:
+                self._searchers.clear()  # one dataset's index in memory at a time
+            self._searchers[key] = open_searcher(self.retriever, corpus, source=source)
+        try:
+            report = run_agent(dataset, self.agent_config, self._searchers[key], out_dir=self.out_dir(dataset),
+                               client=self.client, top_k=self.top_k, progress=self.progress)
+        finally:
+            if self.knowledge is None:
+                self._searchers.pop(key, None)
+        self._reports[dataset.name] = report
+        if report.failures:
+            first = next(iter(report.failures.items()))
+            raise IncompleteResultError(
+                f"{len(report.failures)} of {report.queries} queries failed (first: {first[0]!r}: {first[1]}); the "
+                f"finished ones are in {report.paths['expansions']} and {report.paths['cache']}")
+        assert report.run is not None
+        return report.run
+
+    def details(self, dataset: Dataset) -> dict[str, Any]:
+        report = self._reports.get(dataset.name)
+        if report is None:
+            return {}
+        return {"agent": {k: v for k, v in report.as_dict().items() if k != "failures"}}
+
+    def artifacts(self, dataset: Dataset) -> dict[str, list[dict[str, Any]]]:
+        report = self._reports.get(dataset.name)
+        return {"trajectories": report.trajectories} if report is not None else {}

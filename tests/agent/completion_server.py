@@ -1,0 +1,145 @@
+"""A scripted OpenAI-compatible text-completion server for agent tests: ``POST /v1/completions`` on 127.0.0.1.
+
+Deterministic: for a prompt it finds the question (Search-R1's "Question: ...?\\n", Search-o1's
+"Question:\\n...\\n\\n"), counts the results already injected, and writes the next turn of a script: the
+question's searches (``searches_for``) one per turn, then the answer (``answer_for``). Like a real server it
+applies the request's ``stop`` strings: the text is cut before the first one and ``finish_reason`` is "stop"
+(so a client that sends no stop string gets the hallucinated continuation after the tag). A Search-o1
+Reason-in-Documents prompt is answered with ``condensed_for(query)`` after a "**Final Information**" line.
+
+Markers in a question change the script: ``FAIL-ME`` -> HTTP 400; ``NEVER-CLOSE`` -> an unclosed search tag until
+max_tokens ("length"); ``REPEAT`` -> the same search every turn; ``GARBAGE`` -> text without any tag; ``EMPTY`` ->
+an empty search query. ``latency`` delays every answer. ``requests`` records every body received.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+R1_QUESTION = re.compile(r"Question: (.*?)\n", re.DOTALL)
+O1_QUESTION = re.compile(r"Question:\n(.*?)\n\n", re.DOTALL)
+
+
+def searches_for(question: str) -> list[str]:
+    """The searches the scripted model makes for ``question``: its first three words, then its last three."""
+    words = question.rstrip("?").split()
+    return [" ".join(words[:3]), " ".join(words[-3:])]
+
+
+def answer_for(question: str) -> str:
+    return f"The evidence on {question.rstrip('?')}"
+
+
+def condensed_for(query: str) -> str:
+    return f"Condensed facts about {query}."
+
+
+def words(text: str) -> int:
+    return max(1, len(text.split()))
+
+
+class CompletionServer:
+    def __init__(self, *, latency: float = 0.0) -> None:
+        self.latency = latency
+        self.requests: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+                with server._lock:
+                    server.requests.append(body)
+                if server.latency:
+                    time.sleep(server.latency)
+                status, payload = server.answer(body)
+                data = json.dumps(payload).encode()
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread.start()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def __enter__(self) -> CompletionServer:  # noqa: PYI034
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------ the script
+    def intended(self, prompt: str) -> tuple[str, str]:
+        """The full text the scripted model would write for ``prompt`` (before stop strings) and its finish."""
+        if "**Task Instruction:**" in prompt:
+            query = re.search(r'based on the current search query "(.*?)" and previous', prompt, re.DOTALL).group(1)
+            return f"Page 1 is relevant.\n**Final Information**\n\n{condensed_for(query)}", "stop"
+        o1 = "<|begin_search_query|> your query here" in prompt
+        match = (O1_QUESTION if o1 else R1_QUESTION).findall(prompt)
+        question = match[-1] if match else ""
+        if o1:
+            done = prompt.count("<|end_search_result|>") - 1  # the instruction names the token once
+        else:
+            done = prompt.count("</information>") - 1
+        plan = searches_for(question)
+        if "NEVER-CLOSE" in question:
+            return (f"<search> {plan[0]} and more" if not o1 else f"<|begin_search_query|>{plan[0]} and more"), "length"
+        if "GARBAGE" in question:
+            return "zxq ### ((( no tags at all", "stop"
+        if "EMPTY" in question:
+            return ("<search>   </search> trailing" if not o1 else "<|begin_search_query|> <|end_search_query|> x"), "stop"
+        if "REPEAT" in question:
+            plan = [plan[0]] * 20
+        if done < len(plan):
+            query = plan[done]
+            if o1:
+                return (f"I should look this up.\n<|begin_search_query|>{query}<|end_search_query|>\n\n"
+                        "<|begin_search_result|>hallucinated<|end_search_result|>"), "stop"
+            return (f"<think> I need to find {query}. </think>\n<search> {query} </search>\n"
+                    "<information>hallucinated</information>"), "stop"
+        if o1:
+            return f"Now I can answer.</think>\n\n{answer_for(question)}", "stop"
+        return f"<think> I know enough. </think>\n<answer> {answer_for(question)} </answer>", "stop"
+
+    def answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        prompt = body.get("prompt", "")
+        if "FAIL-ME" in prompt and "**Task Instruction:**" not in prompt:
+            return 400, {"error": {"message": "scripted failure", "type": "invalid_request_error"}}
+        text, finish = self.intended(prompt)
+        stopped = None
+        for stop in body.get("stop") or []:
+            at = text.find(stop)
+            if at >= 0 and (stopped is None or at < stopped[0]):
+                stopped = (at, stop)
+        if stopped is not None:
+            text, finish = text[: stopped[0]], "stop"
+        return 200, {
+            "id": "cmpl-test", "object": "text_completion", "created": 0, "model": body.get("model", ""),
+            "choices": [{"index": 0, "text": text, "finish_reason": finish, "logprobs": None}],
+            "usage": {"prompt_tokens": words(prompt), "completion_tokens": words(text),
+                      "total_tokens": words(prompt) + words(text)},
+        }
