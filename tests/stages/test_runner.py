@@ -73,9 +73,9 @@ def test_a_stage_is_stored_evaluated_and_resumed(tiny, tmp_path):
 
 
 def test_pipeline_spec_rules():
-    with pytest.raises(UsageError, match="either retrievers or a stored first stage"):
+    with pytest.raises(UsageError, match="exactly one first stage: retrievers, a stored first stage or an agent"):
         PipelineSpec()
-    with pytest.raises(UsageError, match="either retrievers or a stored first stage"):
+    with pytest.raises(UsageError, match="exactly one first stage: retrievers, a stored first stage or an agent"):
         PipelineSpec(retrievers=(RetrieverSpec("bm25"),), first_stage="bm25", reranker=RerankSpec("x"))
     with pytest.raises(UsageError, match="name a reranker"):
         PipelineSpec(first_stage="bm25")
@@ -98,3 +98,36 @@ def test_a_spec_file_can_name_a_reranker_stage(tmp_path):
         parse_spec({**raw, "reranker": {"name": "x", "top_k": True}}, base=tmp_path)
     with pytest.raises(InvalidInputError, match=r"\[reranker\]: needs name"):
         parse_spec({**raw, "reranker": {"top_k": 3}}, base=tmp_path)
+
+
+class Partial(Toy):
+    """Fails (IncompleteResultError) on the dataset named ``bad``; answers only q1 elsewhere, ``judged_all`` set."""
+
+    judged_all = True
+
+    def run(self, dataset) -> Run:
+        from r2med.errors import IncompleteResultError
+
+        self.calls += 1
+        if dataset.name == "bad":
+            raise IncompleteResultError("2 of 9 queries failed")
+        return Run({"q1": {"d1": 2.0, "d4": 1.0}})
+
+
+def test_an_incomplete_dataset_is_not_stored_the_others_are_and_the_run_ends_with_exit_6(tiny, tmp_path):
+    import dataclasses
+
+    from r2med.errors import IncompleteResultError
+
+    bad = dataclasses.replace(tiny, name="bad")
+    stage = Partial()
+    with pytest.raises(IncompleteResultError, match=r"base retriever/toy: 1 dataset\(s\) incomplete.*bad: 2 of 9") as info:
+        run_stage(stage, [bad, tiny], output=tmp_path)
+    assert info.value.exit_code == 6
+    assert stage.calls == 2  # the dataset after the incomplete one still ran
+    assert not (tmp_path / "base retriever" / "toy" / "bad.json").exists()
+    stored = json.loads((tmp_path / "base retriever" / "toy" / "tiny.json").read_text())
+    # judged_all: q2 (judged, absent from the run) counts 0, so nDCG@10 is q1's value halved
+    [only_q1] = run_stage(Toy(), [dataclasses.replace(tiny, queries={"q1": tiny.queries["q1"]},
+                                                      qrels={"q1": tiny.qrels["q1"]})], output=tmp_path / "q1")
+    assert stored["test"]["ndcg_at_10"] == round(only_q1.scores.aggregate["ndcg_at_10"] / 2, 5)
