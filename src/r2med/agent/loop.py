@@ -317,9 +317,9 @@ class _Engine:
             record.get("stop") == close_tag or (record.get("stop") is None and st.opens_unclosed(text, open_tag, close_tag)))
         if closed:
             text += close_tag
+        # no wall-clock times: a resumed run writes the same file as an uninterrupted one (the cache keeps the times)
         row["turns"].append({"text": text, "finish_reason": record["finish_reason"], "stop": record.get("stop"),
-                             "prompt_tokens": record["prompt_tokens"], "completion_tokens": record["completion_tokens"],
-                             "seconds": record["seconds"]})
+                             "prompt_tokens": record["prompt_tokens"], "completion_tokens": record["completion_tokens"]})
         return text, record, closed
 
     async def _r1(self, row: dict[str, Any]) -> None:
