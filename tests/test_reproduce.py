@@ -74,3 +74,15 @@ def test_published_reference_and_plans():
 def test_an_unknown_system_exits_2(cli, tmp_path, biology):
     result = cli("reproduce", "base retriever/bm52", "--data-dir", biology, "--output", tmp_path)
     assert result.code == 2 and "bm25" in result.err
+
+
+def test_nothing_compared_exits_1_never_a_quiet_pass(cli, tmp_path):
+    folder = tmp_path / "data" / "scifact"
+    folder.mkdir(parents=True)
+    for name in ("corpus.jsonl", "query.jsonl", "qrels.jsonl"):
+        (folder / name).symlink_to(shared_path("data", "scifact", name))
+    result = cli("reproduce", "base retriever/bm25", "--data-dir", folder, "--output", tmp_path / "out")
+    assert result.code == 1, result.err
+    assert result.out.splitlines()[-1].startswith("no dataset was compared: none of scifact has a reference ndcg_at_10")
+    as_json = cli("reproduce", "base retriever/bm25", "--data-dir", folder, "--output", tmp_path / "out", "--json")
+    assert as_json.code == 1 and as_json.json()["ok"] is False and as_json.json()["compared"] == 0

@@ -33,11 +33,13 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         raise UsageError(f"--metric {args.metric!r} is not among the result metrics (e.g. ndcg_at_10, recall_at_100, mrr)")
     rows = compare(ours, paper, tolerance=args.tolerance)
     failed = [r.dataset for r in rows if r.ok is False]
+    compared = [r for r in rows if r.ok is not None]
     if args.json:
-        _emit_json({"system": system, "metric": args.metric, "tolerance": args.tolerance, "ok": not failed,
+        _emit_json({"system": system, "metric": args.metric, "tolerance": args.tolerance,
+                    "ok": bool(compared) and not failed, "compared": len(compared),
                     "datasets": {r.dataset: {"ours": r.ours, "paper": r.paper, "difference": r.difference, "ok": r.ok}
                                  for r in rows}})
-        return 1 if failed else 0
+        return 1 if failed or not compared else 0
 
     def cell(value):
         return "-" if value is None else _pct(value)
@@ -49,7 +51,10 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
           f"{args.metric} x100, ours vs the paper, tolerance {args.tolerance * 100:.2f}")
     print(markdown_table(["dataset", "ours", "paper", "diff", "status"], table,
                          align_right=[False, True, True, True, False]))
-    compared = [r for r in rows if r.ok is not None]
+    if not compared:  # nothing was checked: never a quiet pass
+        print(f"no dataset was compared: none of {', '.join(ours) or 'the datasets run'} has a reference {args.metric} "
+              "(the paper's datasets are the eight R2MED ones; pass --reference FILE for others)")
+        return 1
     if failed:
         print(f"{len(failed)} of {len(compared)} datasets differ by more than the tolerance: {', '.join(failed)}")
         return 1
