@@ -233,7 +233,20 @@ def _p(value: float | None) -> str:
 
 
 def _pts(value: float | None, sign: bool = False) -> str:
-    return "-" if value is None else (f"{100 * value:+.2f}" if sign else f"{100 * value:.2f}")
+    """A value x100 by the one display rule of every table: rounded to 5 decimals as result files are, then half up
+    (``reporting.tables.pct``), so a mean of per-query values shows as its result file does.
+
+    >>> _pts(0.67075), _pts(0.6707499999999999), _pts(-0.01075, sign=True), _pts(0.0, sign=True), _pts(None)
+    ('67.08', '67.08', '-1.08', '+0.00', '-')
+    """
+    from r2med.reporting.tables import pct
+
+    if value is None:
+        return "-"
+    shown = pct(abs(round(value, 5)))
+    if not sign:
+        return shown if value >= 0 else f"-{shown}"
+    return f"{'-' if round(value, 5) < 0 else '+'}{shown}"
 
 
 def comparison_rows(cmp: Comparison) -> tuple[list[str], list[list[str]]]:
