@@ -1,0 +1,10 @@
+"""Agentic search: Search-R1 and Search-o1 loops over any r2med retriever, and Search-R1's retrieval API.
+
+- ``styles``: the two protocols' prompts, tags, stop strings and result blocks (pure strings);
+- ``templates``: chat templates for text completion;
+- ``search``: any retriever opened over a corpus for repeated searches (``open_searcher``);
+- ``loop``: the concurrent, resumable agent loop (``run_agent``, ``AgentConfig``);
+- ``server``: ``r2med serve``, Search-R1's ``POST /retrieve`` over an r2med searcher.
+
+Importing this package imports nothing heavy.
+"""
