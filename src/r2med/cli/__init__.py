@@ -25,8 +25,8 @@ logger = logging.getLogger("r2med")
 #: the subcommands, in the order ``r2med --help`` lists them; each module of r2med.cli has
 #: ``register(subparsers, common)``, which adds its parser with ``parents=[common]`` (-q/-v)
 COMMAND_MODULES = (
-    "evaluate", "run", "reproduce", "fuse", "models", "datasets", "expand", "rerank", "agent", "leaderboard", "compare",
-    "report",
+    "evaluate", "run", "reproduce", "fuse", "models", "datasets", "expand", "rerank", "agent", "serve", "leaderboard",
+    "compare", "report",
 )
 
 
