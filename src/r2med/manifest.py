@@ -10,7 +10,8 @@ same ``config_sha256`` was made by the same configuration on the same data, so i
 
 A manifest is the commit record of its result set: it is written last and records the sha256 and size of every
 file of the set (``"files"``: the run, the per-query values, the result JSON, the stage's artifacts).
-``verify_result_set`` checks them all; a set that does not match is not reused, fused or reranked.
+``verify_result_set`` checks them all; a set that does not match is not reused, fused or reranked. Reports read
+a file of a set with ``read_result_file``: that file and the set's scores must match.
 
 >>> config_sha256({"b": 1, "a": [1, 2]}) == config_sha256({"a": [1, 2], "b": 1})
 True
@@ -245,17 +246,40 @@ def set_of(path: Path) -> Path | None:
     return None
 
 
+def scored_members(result_json: Path) -> tuple[Path, Path, Path]:
+    """The files of a result set its numbers are: the result JSON, the run and the per-query values (the other
+    members are the stage's artifacts, e.g. an agent's ``<Dataset>.trajectories.jsonl``).
+
+    >>> [p.name for p in scored_members(Path("out/Biology.json"))]
+    ['Biology.json', 'Biology.run', 'Biology.per_query.jsonl']
+    """
+    result_json = Path(result_json)
+    stem = result_json.name[: -len(".json")]
+    return result_json, result_json.with_name(f"{stem}.run"), result_json.with_name(f"{stem}.per_query.jsonl")
+
+
 def read_result_file(path: Path, parse: Callable[[Path], T]) -> T:
-    """``parse(path)`` for a file of a stored result: verified against its set's manifest when one is beside it
-    (DamagedFileError naming the file when the set does not match), read as it is otherwise (official result
-    files, a user's runs)."""
+    """``parse(path)`` for a file of a stored result: verified against its set's manifest when one is beside it,
+    read as it is otherwise (official result files, a user's runs).
+
+    Verified means: ``path`` and the set's scored members (``scored_members``) match the checksums the manifest
+    records (DamagedFileError naming the file otherwise). An artifact of the set (trajectories, window logs) is
+    checked when it is the file read: a damaged artifact does not hide the numbers, and is never shown itself.
+    Reuse, fusion and reranking still take a set only whole (``verify_result_set``)."""
     result_json = set_of(path)
     if result_json is None:
         return parse(path)
     manifest = load_manifest(result_json)
     if manifest is None:  # removed in the meantime
         return parse(path)
-    files = verify_result_set(result_json, manifest)
-    if Path(path) not in files:
+    path = Path(path)
+    files = result_set_files(result_json, manifest)
+    if path not in files:
         raise DamagedFileError(path, f"is not a file of the result set {manifest_path(result_json).name} beside it")
-    return read_verified(path, parse, expected=files[Path(path)])
+    for member in dict.fromkeys((*scored_members(result_json), path)):
+        if member in files:
+            try:
+                verify_file(member, files[member])
+            except DamagedFileError as exc:
+                raise DamagedFileError(member, f"{exc.reason} ({manifest_path(result_json).name})") from None
+    return read_verified(path, parse, expected=files[path])

@@ -71,6 +71,12 @@ def display_name(path: str, labels: Mapping[str, Mapping[str, str]] | None = Non
     ('NV-Embed-v2', 'HyDE (gpt4) + BM25')
     >>> display_name("reranker/monobert/nv/top_10"), display_name("my/own")
     ('monoBERT top-10 on NV-Embed-v2', 'my/own')
+
+    An agent's own ranking (``agent/<style>/<llm>/<retriever it searched with>``, r2med's own) names the
+    protocol, the LLM and the retriever, and says it is the agent's ranking, not a GAR run of its answers:
+
+    >>> display_name("agent/search-r1/test-model/bm25")
+    'Search-R1 (test-model) agent ranking, searching BM25'
     """
     labels = _data()["labels"] if labels is None else labels
     retrievers, methods, rerankers = labels.get("retriever", {}), labels.get("method", {}), labels.get("reranker", {})
@@ -81,6 +87,8 @@ def display_name(path: str, labels: Mapping[str, Mapping[str, str]] | None = Non
         return f"{_label(methods, parts[1])} ({parts[2]}) + {_label(retrievers, parts[3])}"
     if len(parts) == 4 and parts[0] == "reranker" and parts[3].startswith("top_"):
         return f"{_label(rerankers, parts[1])} top-{parts[3][4:]} on {_label(retrievers, parts[2])}"
+    if len(parts) == 4 and parts[0] == "agent":
+        return f"{_label(methods, parts[1])} ({parts[2]}) agent ranking, searching {_label(retrievers, parts[3])}"
     return path
 
 

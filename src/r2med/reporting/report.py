@@ -8,7 +8,10 @@ Content-Security-Policy meta tag forbids scripts and network requests as a secon
 The drill-down needs the datasets' texts and judgements: from ``data_dir`` or the hub cache under
 R2MED_HOME (never downloaded here). Without them the runs' document ids and scores are shown and
 a note says what to pass. A GAR system's expansion is read from the official local layout,
-``<dataset dir>/<method>/<llm>/query_with_hydoc.jsonl``.
+``<dataset dir>/<method>/<llm>/query_with_hydoc.jsonl``, else from where r2med writes generated ones
+(``$R2MED_HOME/expansions/<Dataset>/<method>/<llm>/``). An agent system's trajectory (``r2med agent``: its
+turns, searches and answer) is read from ``<Dataset>.trajectories.jsonl`` beside its run, verified against the
+result set's manifest first; a missing or damaged file is named in a note and nothing of it is shown.
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ from r2med.reporting.tables import pct
 from r2med.settings import Settings, get_settings
 
 logger = logging.getLogger(__name__)
+
+#: the official expansion file's name (``<dataset dir>/<method>/<llm>/query_with_hydoc.jsonl``)
+EXPANSION_FILE = "query_with_hydoc.jsonl"
 
 def _figure(width: float, height: float):
     try:
@@ -159,16 +165,137 @@ def read_expansions(path: Path) -> dict[str, str]:
     return out
 
 
-def _expansion_source(system: str, folder: Path | None) -> tuple[dict[str, str] | None, str]:
+def _expansion_source(system: str, folder: Path | None, dataset: str,
+                      settings: Settings) -> tuple[dict[str, str] | None, str]:
+    """A GAR system's expansions (query id -> ``hy_doc``) from the dataset directory's official layout, else from
+    where r2med writes generated ones (``$R2MED_HOME/expansions/<Dataset>/<method>/<llm>/``: ``r2med expand``,
+    ``r2med agent``); the search order of ``r2med run --expansion``."""
     parts = system.split("/")
+    if parts[0] == "agent":
+        return None, ("the agent's own ranking: every document its searches returned, fused over its searches (RRF); "
+                      "its trajectory is below")
     if parts[0] != "gar" or len(parts) != 4:
         return None, "no expansion: the query was used as it is"
-    if folder is None:
-        return None, "expansion not shown: the dataset directory is not available"
-    path = folder / parts[1] / parts[2] / "query_with_hydoc.jsonl"
-    if not path.is_file():
-        return None, f"expansion not shown: {path} not found"
-    return read_expansions(path), ""
+    places = [folder / parts[1] / parts[2] / EXPANSION_FILE] if folder is not None else []
+    places.append(settings.home / "expansions" / dataset / parts[1] / parts[2] / EXPANSION_FILE)
+    for path in places:
+        if path.is_file():
+            return read_expansions(path), ""
+    return None, f"expansion not shown: {' and '.join(str(p) for p in places)} not found"
+
+
+#: a turn or document text longer than this (or with more lines) is shown folded, its beginning in the summary
+LONG_TEXT_CHARS = 600
+LONG_TEXT_LINES = 8
+PREVIEW_CHARS = 120
+
+
+def read_trajectories(path: Path) -> dict[str, dict]:
+    """Query id -> trajectory row of an agent's ``<Dataset>.trajectories.jsonl``; InvalidInputError names bad lines."""
+    out: dict[str, dict] = {}
+    problems = []
+    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            problems.append(f"{path}:{number}: not valid JSON ({exc.msg})")
+            continue
+        if not isinstance(row, dict) or "id" not in row or not isinstance(row.get("turns", []), list) \
+                or not isinstance(row.get("searches", []), list):
+            problems.append(f"{path}:{number}: expected a trajectory {{\"id\", \"turns\": [...], \"searches\": [...], ...}}")
+            continue
+        out[str(row["id"])] = row
+    if problems:
+        raise InvalidInputError(f"{path}: trajectories cannot be read", problems)
+    return out
+
+
+def _trajectory_source(system: str, run_file: Path) -> tuple[dict[str, dict] | None, str]:
+    """An agent system's trajectories (query id -> row) and, when they cannot be shown, why (else "")."""
+    from r2med.manifest import read_result_file
+
+    if system.split("/")[0] != "agent":
+        return None, ""
+    path = run_file.with_name(f"{run_file.stem}.trajectories.jsonl")
+    try:
+        return read_result_file(path, read_trajectories), ""
+    except FileNotFoundError:
+        return None, f"trajectory not shown: {path} not found"
+    except OSError as exc:
+        return None, f"trajectory not shown: {path} cannot be read ({exc})"
+    except R2MedError as exc:  # DamagedFileError (checksum, missing member), InvalidInputError (no manifest)
+        return None, f"trajectory not shown: {exc}"
+
+
+def _text_block(text: object) -> dict:
+    """A text as the page shows it: whole, or folded (``long``) behind its first line."""
+    text = "" if text is None else str(text)
+    long = len(text) > LONG_TEXT_CHARS or text.count("\n") >= LONG_TEXT_LINES
+    first = " ".join(text.split())
+    preview = first if len(first) <= PREVIEW_CHARS else first[:PREVIEW_CHARS] + " \u2026"
+    return {"text": text, "long": long, "preview": preview, "chars": len(text)}
+
+
+def _int(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _tokens(entry: dict) -> str:
+    return f"{_int(entry.get('prompt_tokens'))} prompt + {_int(entry.get('completion_tokens'))} completion tokens"
+
+
+def _search_view(number: int, search: dict, judged: dict[str, int], has_judgements: bool) -> dict:
+    ids = [str(i) for i in search.get("ids") or []]
+    scores = list(search.get("scores") or [])
+    hits = []
+    for rank, docid in enumerate(ids, start=1):
+        score = scores[rank - 1] if rank <= len(scores) else None
+        rel = judged.get(docid) if has_judgements else None
+        mark, css = ("?", "unjudged") if rel is None else ((f"\u2713 {rel}", "rel") if rel > 0 else ("\u2717", "nonrel"))
+        hits.append({"rank": rank, "docid": docid, "mark": mark, "css": css,
+                     "score": f"{score:.4f}" if isinstance(score, (int, float)) else "-"})
+    used = search.get("reason_in_documents")
+    reasoning = None
+    if isinstance(used, dict):
+        reasoning = {**_text_block(used.get("text")), "finish": used.get("finish_reason"), "tokens": _tokens(used)}
+    condensed = search.get("condensed")
+    return {"number": number, "query": str(search.get("query", "")), "hits": hits,
+            "condensed": None if condensed is None else str(condensed), "reasoning": reasoning}
+
+
+def _trajectory_view(row: dict, judged: dict[str, int], has_judgements: bool) -> dict:
+    """One query's trajectory for the page: its turns in order, each with the search it asked for (a search is
+    matched to the first later turn whose text holds its query), the stop reason, the answer and the tokens."""
+    searches = [_search_view(i, s, judged, has_judgements)
+                for i, s in enumerate((s for s in row.get("searches") or [] if isinstance(s, dict)), start=1)]
+    turns = [t for t in row.get("turns") or [] if isinstance(t, dict)]
+    pending = list(searches)
+    steps = []
+    prompt_tokens = completion_tokens = 0
+    for number, turn in enumerate(turns, start=1):
+        text = str(turn.get("text", ""))
+        search = None
+        if pending and not turn.get("note") and pending[0]["query"] in text:
+            search = pending.pop(0)
+        prompt_tokens += _int(turn.get("prompt_tokens"))
+        completion_tokens += _int(turn.get("completion_tokens"))
+        seconds = turn.get("seconds")
+        steps.append({"number": number, **_text_block(text), "finish": turn.get("finish_reason"),
+                      "stop": turn.get("stop"), "tokens": _tokens(turn), "note": turn.get("note"),
+                      "seconds": f"{seconds:.2f} s" if isinstance(seconds, (int, float)) else "", "search": search})
+    for s in row.get("searches") or []:
+        used = s.get("reason_in_documents") if isinstance(s, dict) else None
+        if isinstance(used, dict):
+            prompt_tokens += _int(used.get("prompt_tokens"))
+            completion_tokens += _int(used.get("completion_tokens"))
+    answer = row.get("answer")
+    summary = (f"{row.get('style', 'agent')} ({row.get('llm', '?')}): {len(turns)} turns, {len(searches)} searches, "
+               f"stop reason {row.get('stop_reason')}; {prompt_tokens} prompt + {completion_tokens} completion tokens")
+    return {"summary": summary, "stop_reason": str(row.get("stop_reason")), "error": row.get("error"),
+            "answer": None if answer is None else str(answer), "prompt": {**_text_block(row.get("prompt")), "long": True},
+            "steps": steps, "unmatched": pending}
 
 
 def _drill_dataset(dataset: str, picks: list[tuple[str, SystemResults]], options: ReportOptions,
@@ -182,7 +309,7 @@ def _drill_dataset(dataset: str, picks: list[tuple[str, SystemResults]], options
     data = load_dir(folder, dataset) if folder is not None else None
     if note:
         notes.append(note)
-    runs, values, expansions = {}, {}, {}
+    runs, values, expansions, trajectories = {}, {}, {}, {}
     for label, s in picks:
         run_files = [p for p in sorted(s.directory.glob("*.run")) if p.stem.lower() in _names_of(dataset)]
         if not run_files:
@@ -190,7 +317,10 @@ def _drill_dataset(dataset: str, picks: list[tuple[str, SystemResults]], options
             continue
         runs[label] = read_result_file(run_files[0], read_run)
         values[label] = SystemSource(label, s.system, directory=s.directory).per_query(dataset, options.metric) or {}
-        expansions[label] = _expansion_source(s.system, folder)
+        expansions[label] = _expansion_source(s.system, folder, dataset, settings)
+        trajectories[label] = _trajectory_source(s.system, run_files[0])
+        if trajectories[label][1]:
+            notes.append(f"{label}: {trajectories[label][1]}")
     order = list(dict.fromkeys(q for run in runs.values() for q in run))  # run order, A's queries first
     qids = sorted(order, key=lambda q: -abs(diffs.get(q, 0.0)))  # stable: ties keep the run order
     if options.max_queries is not None:
@@ -212,8 +342,17 @@ def _drill_dataset(dataset: str, picks: list[tuple[str, SystemResults]], options
             hits = f"{found} of {data.qrels.n_positive(qid)} relevant in the top {options.top}" if data else "no judgements"
             table, why = expansions[label]
             expansion = None if table is None else table.get(qid)
+            rows, trajectory_note = trajectories[label]
+            trajectory = None
+            if rows is not None:
+                row = rows.get(qid)
+                if row is None:
+                    trajectory_note = f"no trajectory for query {qid}"
+                else:
+                    trajectory = _trajectory_view(row, judged, data is not None)
             systems.append({"label": label, "docs": docs, "hits": hits, "value": pct(values[label].get(qid)),
-                            "expansion": expansion, "expansion_note": why or f"no expansion for query {qid}"})
+                            "expansion": expansion, "expansion_note": why or f"no expansion for query {qid}",
+                            "trajectory": trajectory, "trajectory_note": trajectory_note})
         diff = diffs.get(qid)
         text = (data.queries.get(qid, "") if data else "") or "(query text not available)"
         queries.append({"qid": qid, "text": text, "systems": systems, "diff": diff,
