@@ -40,7 +40,7 @@ from r2med.agent.templates import template_for_model, templates
 from r2med.datasets.model import Dataset
 from r2med.errors import MissingResourceError, ProviderError, UsageError
 from r2med.http import safe_url
-from r2med.io.atomic import write_atomic, write_text_atomic
+from r2med.io.atomic import remove_file, write_atomic, write_text_atomic
 from r2med.llm.reasoning import POLICIES
 from r2med.types import Run
 
@@ -486,6 +486,8 @@ def run_agent(
     _write_jsonl(report.paths["trajectories"], rows)
     if expansion_rows:
         _write_jsonl(report.paths["expansions"], expansion_rows)
+    else:  # no row: an earlier run's file must not stand in for this one (``r2med run --expansion`` would read it)
+        remove_file(report.paths["expansions"])
     report.seconds = time.perf_counter() - start
     if engine.halt is not None:
         report.stopped = str(engine.halt)
