@@ -73,9 +73,9 @@ def test_a_stage_is_stored_evaluated_and_resumed(tiny, tmp_path):
 
 
 def test_pipeline_spec_rules():
-    with pytest.raises(UsageError, match="either retrievers or a stored first stage"):
+    with pytest.raises(UsageError, match="exactly one first stage: retrievers, a stored first stage or an agent"):
         PipelineSpec()
-    with pytest.raises(UsageError, match="either retrievers or a stored first stage"):
+    with pytest.raises(UsageError, match="exactly one first stage: retrievers, a stored first stage or an agent"):
         PipelineSpec(retrievers=(RetrieverSpec("bm25"),), first_stage="bm25", reranker=RerankSpec("x"))
     with pytest.raises(UsageError, match="name a reranker"):
         PipelineSpec(first_stage="bm25")
