@@ -40,7 +40,7 @@ from r2med.agent.templates import template_for_model, templates
 from r2med.datasets.model import Dataset
 from r2med.errors import MissingResourceError, ProviderError, UsageError
 from r2med.http import safe_url
-from r2med.io.atomic import write_atomic, write_text_atomic
+from r2med.io.atomic import remove_file, write_atomic, write_text_atomic
 from r2med.llm.reasoning import POLICIES
 from r2med.types import Run
 
@@ -234,26 +234,30 @@ class _Engine:
         self.extra = self.style.extra(config.llm_model)
 
     # ------------------------------------------------------------------ LLM and search
-    def params(self) -> Any:
+    def params(self, *, reason_in_documents: bool = False) -> Any:
+        """The main loop's sampling, or (``reason_in_documents``) Search-o1's fixed one for condensing documents."""
         from r2med.llm.client import SamplingParams
 
+        if reason_in_documents:
+            return SamplingParams(**st.O1_REASON_SAMPLING, max_tokens=self.config.max_tokens, seed=self.config.seed)
         return SamplingParams(temperature=self.config.temperature, top_p=self.config.top_p,
                               max_tokens=self.config.max_tokens, seed=self.config.seed)
 
-    async def generate(self, prompt: str, stop: tuple[str, ...]) -> dict[str, Any]:
+    async def generate(self, prompt: str, stop: tuple[str, ...], *, reason_in_documents: bool = False) -> dict[str, Any]:
         """A completion of ``prompt``: from the cache, else requested and appended to the cache before it is used."""
         from r2med.llm.client import request_key
 
-        params = self.params()
+        params = self.params(reason_in_documents=reason_in_documents)
+        extra = dict(st.O1_REASON_EXTRA) if reason_in_documents else self.extra
         key = request_key(self.config.llm_model, [{"role": "completion", "content": prompt}], params,
-                          extra={"stop": list(stop), **self.extra})
+                          extra={"stop": list(stop), **extra})
         record = self.cache.get(key)
         if record is not None:
             self.report.cached_calls += 1
             return record
         if self.halt is not None:
             raise _Stop("stopped")
-        result = await self.client.complete_text(prompt, params, stop=stop, extra=self.extra)
+        result = await self.client.complete_text(prompt, params, stop=stop, extra=extra)
         record = {"text": result.text, "finish_reason": result.finish_reason, "stop": result.stop,
                   "prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens,
                   "seconds": round(result.seconds, 3), "attempts": result.attempts, "model": self.config.llm_model,
@@ -380,7 +384,7 @@ class _Engine:
             documents = st.o1_documents([(did, self.searcher.documents[did]) for did, _ in hits])
             condense = st.O1_REASON_IN_DOCUMENTS.format(prev_reasoning=st.o1_prev_reasoning(row["output"]),
                                                         search_query=query, document=documents)
-            raw = await self.generate(self.template.wrap(condense), ())
+            raw = await self.generate(self.template.wrap(condense), (), reason_in_documents=True)
             analysis = st.o1_condensed(raw["text"])
             row["searches"].append({**_search_row(query, hits), "condensed": analysis,
                                     "reason_in_documents": {"text": raw["text"], "finish_reason": raw["finish_reason"],
@@ -482,6 +486,8 @@ def run_agent(
     _write_jsonl(report.paths["trajectories"], rows)
     if expansion_rows:
         _write_jsonl(report.paths["expansions"], expansion_rows)
+    else:  # no row: an earlier run's file must not stand in for this one (``r2med run --expansion`` would read it)
+        remove_file(report.paths["expansions"])
     report.seconds = time.perf_counter() - start
     if engine.halt is not None:
         report.stopped = str(engine.halt)

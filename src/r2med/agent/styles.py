@@ -155,6 +155,10 @@ O1_REPEAT_MESSAGE = f"\n{BEGIN_SEARCH_RESULT}\nYou have searched this query. Ple
 O1_NOTHING_FOUND = "No helpful information found."
 #: run_search_o1.py's ``max_doc_len``; a page without a snippet match is cut at twice that
 O1_MAX_DOC_LEN = 3000
+#: run_search_o1.py's Reason-in-Documents sampling, fixed whatever the main loop's (its max_tokens is the main loop's):
+#: ``SamplingParams(max_tokens=max_tokens, temperature=0.7, top_p=0.8, top_k=20, repetition_penalty=1.05)``
+O1_REASON_SAMPLING = MappingProxyType({"temperature": 0.7, "top_p": 0.8})
+O1_REASON_EXTRA = MappingProxyType({"top_k": 20, "repetition_penalty": 1.05})
 
 
 def is_qwq(model: str) -> bool:
