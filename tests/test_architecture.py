@@ -29,7 +29,17 @@ def test_import_linter_passes(capsys):
     pytest.importorskip("importlinter")
     from importlinter.cli import lint_imports
 
-    code = lint_imports(config_filename=str(REPO / "pyproject.toml"), no_cache=True)
+    import logging
+
+    # import-linter configures logging (it disables existing loggers): restore them for the tests that follow
+    before = {name: logger.disabled for name, logger in logging.Logger.manager.loggerDict.items()
+              if isinstance(logger, logging.Logger)}
+    try:
+        code = lint_imports(config_filename=str(REPO / "pyproject.toml"), no_cache=True)
+    finally:
+        for name, logger in logging.Logger.manager.loggerDict.items():
+            if isinstance(logger, logging.Logger):
+                logger.disabled = before.get(name, False)
     out = capsys.readouterr().out
     assert code == 0, out
     assert "Contracts: 2 kept, 0 broken." in out

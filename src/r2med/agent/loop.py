@@ -130,6 +130,8 @@ class AgentConfig:
         for name in ("base_url", "concurrency", "max_requests", "llm_name"):
             out.pop(name)
         out["extra"] = st.agent_style(self.style).extra(self.llm_model)
+        if out["style"] == "search-o1":  # the Reason-in-Documents call's own, fixed sampling
+            out["reason_in_documents"] = {**st.O1_REASON_SAMPLING, **st.O1_REASON_EXTRA}
         return out
 
 
