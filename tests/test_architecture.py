@@ -27,9 +27,9 @@ def test_the_contracts_cover_cycles_and_layers():
 
 def test_import_linter_passes(capsys):
     pytest.importorskip("importlinter")
-    from importlinter.cli import lint_imports
-
     import logging
+
+    from importlinter.cli import lint_imports
 
     # import-linter configures logging (it disables existing loggers): restore them for the tests that follow
     before = {name: logger.disabled for name, logger in logging.Logger.manager.loggerDict.items()
