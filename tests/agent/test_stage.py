@@ -178,9 +178,11 @@ def test_r2med_agent_searches_a_knowledge_corpus(cli, biology, tmp_path, isolate
                      "--json")
     assert result.code == 0, result.err
     data = result.json()
-    assert data["system"] == SYSTEM and set(data["scores"]) == {"Biology", "average"}
+    # another agent than the one over the dataset's corpus: its own folders (the LLM name gets the corpus's)
+    assert data["system"] == "agent/search-r1/test-model-kb/bm25" and set(data["scores"]) == {"Biology", "average"}
     assert data["agent"]["Biology"]["stop_reasons"] == {"answer": 4, "no-answer": 1}
-    folder = out / "agent" / "search-r1" / "test-model" / "bm25"
+    assert (isolated_home / "expansions" / "Biology" / "search-r1" / "test-model-kb" / "query_with_hydoc.jsonl").is_file()
+    folder = out / "agent" / "search-r1" / "test-model-kb" / "bm25"
     trajectories = _rows(folder / "Biology.trajectories.jsonl")
     ids = {d for t in trajectories for s in t["searches"] for d in s["ids"]}
     assert ids and ids <= set(docs)

@@ -54,13 +54,19 @@ def cmd_agent(args: argparse.Namespace) -> int:
             reasons = ", ".join(f"{k} {v}" for k, v in agent["stop_reasons"].items())
             print(f"{result.dataset}: {agent['searches']} searches, {agent['llm_calls']} LLM calls "
                   f"({agent['cached_calls']} from the cache); stop reasons: {reasons}", file=sys.stderr)
-    config = spec.agent.config.resolved() if spec.agent else None
-    if config is not None and not args.quiet:
-        from r2med.expansion.generate import llm_dir_name
+    if not args.quiet:
+        from r2med.expansion.generate import expansion_dir
 
-        home = get_settings().home
-        print(f"expansions: {home}/expansions/<Dataset>/{config.style}/{llm_dir_name(config.name)}/query_with_hydoc.jsonl "
-              f"(r2med run --expansion {config.style}/{llm_dir_name(config.name)} --retriever NAME)", file=sys.stderr)
+        path = SystemPath.parse(where)
+        settings = get_settings()
+        for result in results:
+            found = expansion_dir(settings, result.dataset, str(path.method), str(path.llm)) / "query_with_hydoc.jsonl"
+            if found.is_file():
+                print(f"{result.dataset}: expansions {found} (r2med run --expansion {path.method}/{path.llm})",
+                      file=sys.stderr)
+            else:  # a stored result reused under another R2MED_HOME
+                print(f"{result.dataset}: no expansion file at {found} (the stored ranking was reused; --force "
+                      "reruns the agent and writes it)", file=sys.stderr)
     return 0
 
 

@@ -38,7 +38,11 @@ class Agent:
         self.top_k = top_k
         self.client = client
         self.progress = progress
-        self.llm = llm_dir_name(self.agent_config.name)
+        # a run over a knowledge corpus is another agent: its own folders unless the user named the LLM
+        named = self.agent_config.name
+        if knowledge is not None and self.agent_config.llm_name is None:
+            named = f"{named}-{knowledge.name}"
+        self.llm = llm_dir_name(named)
         self.where = SystemPath.agent(self.agent_config.style, self.llm, retriever.name)
         self.ignore_identical_ids = retriever.ignore_identical_ids
         self._reports: dict[str, AgentReport] = {}
