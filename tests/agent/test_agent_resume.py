@@ -88,6 +88,7 @@ def cache_keys(path: Path) -> list[str]:
     return [json.loads(line)["key"] for line in path.read_text().splitlines() if line.strip()]
 
 
+@pytest.mark.slow  # ~15 s a style: three runs of the CLI
 @pytest.mark.parametrize("style", list(STYLES))
 def test_killed_agent_resumes_without_repeating_a_request(style, scifact_subset, tmp_path):
     data, qids = scifact_subset
