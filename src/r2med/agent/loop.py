@@ -234,6 +234,8 @@ class _Engine:
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="r2med-search")
         self.halt: BaseException | None = None
         self.extra = self.style.extra(config.llm_model)
+        #: key -> the request for it now in flight (a second query asking the same waits for it)
+        self.in_flight: dict[str, asyncio.Future[dict[str, Any]]] = {}
 
     # ------------------------------------------------------------------ LLM and search
     def params(self, *, reason_in_documents: bool = False) -> Any:
@@ -246,7 +248,12 @@ class _Engine:
                               max_tokens=self.config.max_tokens, seed=self.config.seed)
 
     async def generate(self, prompt: str, stop: tuple[str, ...], *, reason_in_documents: bool = False) -> dict[str, Any]:
-        """A completion of ``prompt``: from the cache, else requested and appended to the cache before it is used."""
+        """A completion of ``prompt``: from the cache, else requested and appended to the cache before it is used.
+
+        Two queries may send the same request at once (Search-o1's Reason-in-Documents prompt holds no question:
+        two queries that open with the same search make the same one); the second waits for the first's
+        response instead of sending it again, so every query uses the one response the cache keeps (a sampled
+        second response would be what a resumed run replays for both)."""
         from r2med.llm.client import request_key
 
         params = self.params(reason_in_documents=reason_in_documents)
@@ -257,8 +264,20 @@ class _Engine:
         if record is not None:
             self.report.cached_calls += 1
             return record
+        pending = self.in_flight.get(key)
+        if pending is not None:
+            record = await asyncio.shield(pending)
+            self.report.cached_calls += 1
+            return dict(record)
         if self.halt is not None:
             raise _Stop("stopped")
+        task = asyncio.ensure_future(self._request(key, prompt, params, stop, extra))
+        self.in_flight[key] = task
+        task.add_done_callback(lambda _: self.in_flight.pop(key, None))
+        return dict(await asyncio.shield(task))
+
+    async def _request(self, key: str, prompt: str, params: Any, stop: tuple[str, ...],
+                       extra: dict[str, Any]) -> dict[str, Any]:
         result = await self.client.complete_text(prompt, params, stop=stop, extra=extra)
         record = {"text": result.text, "finish_reason": result.finish_reason, "stop": result.stop,
                   "prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens,
@@ -266,7 +285,7 @@ class _Engine:
                   "r2med": __version__}
         self.cache.append(key, record)
         self.report.llm_calls += 1
-        return self.cache.get(key)
+        return record
 
     async def search(self, query: str) -> list[tuple[str, float]]:
         """The top k of ``query``; a query searched before in this run is answered from the run's search cache."""

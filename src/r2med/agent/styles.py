@@ -298,8 +298,9 @@ class AgentStyle:
         return 1024
 
     def extra(self, model: str) -> dict[str, float]:
-        """Sampling fields outside OpenAI's API (vLLM and llama.cpp take them): Search-o1's top_k and repetition
-        penalty (1.05 for QwQ, else 1.0)."""
+        """Sampling fields outside OpenAI's API: Search-o1's top_k and repetition penalty (1.05 for QwQ, else 1.0),
+        under vLLM's names. vLLM applies both; llama.cpp applies ``top_k`` but ignores ``repetition_penalty`` (its
+        field is ``repeat_penalty``), so QwQ's 1.05 needs a vLLM server."""
         extra = dict(self.defaults.extra)
         if self.name == "search-o1":
             extra["repetition_penalty"] = 1.05 if is_qwq(model) else 1.0
