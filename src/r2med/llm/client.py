@@ -321,13 +321,17 @@ class ChatClient:
         self.usage.completion_tokens += completion
         return prompt, completion
 
-    def _text_result(self, response: Any, attempts: int, seconds: float) -> ChatResult:
+    def _choice(self, response: Any) -> tuple[Any, int, int]:
+        """The first choice of an answer and its token counts (counted in ``usage``); _BadResponse without one."""
         prompt, completion = self._count(response)
         choices = getattr(response, "choices", None)
         if not choices:
             shown = response[:80] if isinstance(response, str) else type(response).__name__
             raise _BadResponse(f"answer has no choices ({shown!r})")
-        choice = choices[0]
+        return choices[0], prompt, completion
+
+    def _text_result(self, response: Any, attempts: int, seconds: float) -> ChatResult:
+        choice, prompt, completion = self._choice(response)
         text = getattr(choice, "text", None)
         if not isinstance(text, str):
             raise _BadResponse(f"answer is not a text completion (choice without 'text', got {type(text).__name__})")
@@ -337,12 +341,7 @@ class ChatClient:
                           stop=matched if isinstance(matched, str) and matched else None)
 
     def _result(self, response: Any, attempts: int, seconds: float) -> ChatResult:
-        prompt, completion = self._count(response)
-        choices = getattr(response, "choices", None)
-        if not choices:
-            shown = response[:80] if isinstance(response, str) else type(response).__name__
-            raise _BadResponse(f"answer has no choices ({shown!r})")
-        choice = choices[0]
+        choice, prompt, completion = self._choice(response)
         message = getattr(choice, "message", None)
         text = getattr(message, "content", None) or ""
         reasoning = getattr(message, "reasoning_content", None) or getattr(message, "reasoning", None) or None

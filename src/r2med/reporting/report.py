@@ -19,9 +19,10 @@ from __future__ import annotations
 import io
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from r2med.errors import InvalidInputError, MissingExtraError, MissingResourceError, R2MedError, UsageError
 from r2med.reporting.compare import SystemSource, compare_systems, comparison_rows
@@ -148,21 +149,36 @@ def _dataset_dir(name: str, data_dir: Path | None, settings: Settings) -> tuple[
                   f"({cache_dir(spec, settings)}); pass --data-dir or run 'r2med datasets download {name}'")
 
 
-def read_expansions(path: Path) -> dict[str, str]:
-    """Query id -> ``hy_doc`` of an official ``query_with_hydoc.jsonl``; InvalidInputError names bad lines."""
-    out: dict[str, str] = {}
+def _read_rows(path: Path, what: str, pick: Callable[[Any], tuple[str, Any] | None], expected: str) -> dict[str, Any]:
+    """``{key: value}`` from the JSON lines of ``path`` (``pick(row)`` -> ``(key, value)``, None for a bad row);
+    InvalidInputError naming every bad line."""
+    out: dict[str, Any] = {}
     problems = []
     for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
-            out[str(row["id"])] = str(row["hy_doc"])
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            problems.append(f"{path}:{number}: expected {{\"id\": ..., \"hy_doc\": ...}} ({exc})")
+            picked = pick(json.loads(line))
+        except json.JSONDecodeError as exc:
+            problems.append(f"{path}:{number}: not valid JSON ({exc.msg})")
+            continue
+        if picked is None:
+            problems.append(f"{path}:{number}: expected {expected}")
+            continue
+        out[picked[0]] = picked[1]
     if problems:
-        raise InvalidInputError(f"{path}: expansions cannot be read", problems)
+        raise InvalidInputError(f"{path}: {what} cannot be read", problems)
     return out
+
+
+def read_expansions(path: Path) -> dict[str, str]:
+    """Query id -> ``hy_doc`` of an official ``query_with_hydoc.jsonl``; InvalidInputError names bad lines."""
+    def pick(row: Any) -> tuple[str, str] | None:
+        if not isinstance(row, dict) or "id" not in row or "hy_doc" not in row:
+            return None
+        return str(row["id"]), str(row["hy_doc"])
+
+    return _read_rows(path, "expansions", pick, '{"id": ..., "hy_doc": ...}')
 
 
 def _expansion_source(system: str, folder: Path | None, dataset: str,
@@ -192,24 +208,13 @@ PREVIEW_CHARS = 120
 
 def read_trajectories(path: Path) -> dict[str, dict]:
     """Query id -> trajectory row of an agent's ``<Dataset>.trajectories.jsonl``; InvalidInputError names bad lines."""
-    out: dict[str, dict] = {}
-    problems = []
-    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            problems.append(f"{path}:{number}: not valid JSON ({exc.msg})")
-            continue
+    def pick(row: Any) -> tuple[str, dict] | None:
         if not isinstance(row, dict) or "id" not in row or not isinstance(row.get("turns", []), list) \
                 or not isinstance(row.get("searches", []), list):
-            problems.append(f"{path}:{number}: expected a trajectory {{\"id\", \"turns\": [...], \"searches\": [...], ...}}")
-            continue
-        out[str(row["id"])] = row
-    if problems:
-        raise InvalidInputError(f"{path}: trajectories cannot be read", problems)
-    return out
+            return None
+        return str(row["id"]), row
+
+    return _read_rows(path, "trajectories", pick, 'a trajectory {"id", "turns": [...], "searches": [...], ...}')
 
 
 def _trajectory_source(system: str, run_file: Path) -> tuple[dict[str, dict] | None, str]:
