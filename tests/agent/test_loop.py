@@ -416,3 +416,28 @@ def test_a_knowledge_corpus_is_searched_instead(three, tmp_path):
     assert '<information>Doc 1(Title: "k1") Biomaterials with inductive properties.\nDoc 2(Title: "' in server.requests[1]["prompt"]
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["search"]["corpus"] == "kb" and summary["search"]["source"] == str(folder)
+
+
+def test_a_search_that_raises_ends_that_query_only(tmp_path):
+    """A failure inside one query (here its search) is recorded as its error; the other queries finish."""
+
+    from r2med.agent.loop import AgentConfig, run_agent
+    from r2med.agent.search import CorpusSearcher
+    from r2med.datasets.model import Dataset
+
+    def search(texts, k):
+        if "boom" in texts[0]:
+            raise RuntimeError("index went away")
+        return [[("d1", 1.0)] for _ in texts]
+
+    import threading
+
+    searcher = CorpusSearcher("toy", "toy", "dataset", {"d1": "Aspirin."}, {"retriever": "toy"}, search, threading.Lock())
+    dataset = Dataset("toy", ["d1"], ["Aspirin."], {"a": "boom goes the index", "b": "what helps against a fever"}, {})
+    with CompletionServer() as server:
+        config = AgentConfig(style="search-r1", llm_model="test-model", base_url=server.base_url, chat_template="chatml")
+        report = run_agent(dataset, config, searcher, out_dir=tmp_path, progress=False)
+    rows = {row["id"]: row for row in report.trajectories}
+    assert rows["a"]["stop_reason"] == "error" and rows["a"]["error"] == "RuntimeError: index went away"
+    assert rows["b"]["stop_reason"] == "answer"
+    assert list(report.failures) == ["a"] and report.written == 1

@@ -329,6 +329,9 @@ class _Engine:
         except MissingResourceError as exc:  # the server refuses connections: no other query can do better
             row["stop_reason"], row["error"] = "error", str(exc)
             self.halt = self.halt or exc
+        except Exception as exc:
+            logger.warning("query %r failed: %s: %s", qid, type(exc).__name__, exc, exc_info=logger.isEnabledFor(10))
+            row["stop_reason"], row["error"] = "error", f"{type(exc).__name__}: {exc}"
         row["answer"] = answer_of(style.name, row, thinking_template=self.template.after.endswith("<think>\n"))
         return row
 
