@@ -147,6 +147,13 @@ def test_rerank_command_errors(tmp_path):
     listwise = run_rerank_command("rerank", "--run", str(BM25_TOP20), "--reranker", "listwise",
                                   "--tasks", "scifact", "--data-dir", data, "--output", str(tmp_path))
     assert listwise.code == 2 and "--llm-model" in listwise.err
+    # a bi-encoder directory has no trained classification head: refused, not scored with random weights
+    bi_encoder = run_rerank_command("rerank", "--run", str(BM25_TOP20), "--reranker", minilm.get_model_path(),
+                                    "--tasks", "scifact", "--data-dir", data, "--output", str(tmp_path / "bi"),
+                                    "--top-k", "2", "--no-cache")
+    assert bi_encoder.code == 5, bi_encoder.err
+    assert "is not a cross-encoder: its checkpoint is a BertModel, with no trained classification head" in bi_encoder.err
+    assert not list((tmp_path / "bi").rglob("scifact.json"))
 
 
 @pytest.mark.slow

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from r2med.errors import UsageError
+from r2med.errors import InvalidInputError, UsageError
 from r2med.hf import (
     check_model_exists,
     dtype_kwargs,
@@ -26,6 +26,25 @@ from r2med.hf import (
 )
 
 logger = logging.getLogger(__name__)
+
+
+def check_classification_head(architectures: Sequence[str] | None, model: str) -> None:
+    """A cross-encoder scores with a trained sequence-classification head. A checkpoint saved as another
+    architecture (a bi-encoder's ``BertModel``, a base model) would get a randomly initialised head: numbers that
+    differ on every run, with exit 0. Refused (InvalidInputError, exit 5); a config without ``architectures`` passes.
+
+    >>> check_classification_head(["XLMRobertaForSequenceClassification"], "bge")
+    >>> check_classification_head(["BertModel"], "/models/minilm")
+    Traceback (most recent call last):
+    ...
+    r2med.errors.InvalidInputError: /models/minilm is not a cross-encoder: its checkpoint is a BertModel, with no trained classification head (a reranker would score with random weights); use a cross-encoder such as bge-reranker or monobert, or a model saved as *ForSequenceClassification
+    """
+    if architectures and not any(str(a).endswith("ForSequenceClassification") for a in architectures):
+        raise InvalidInputError(
+            f"{model} is not a cross-encoder: its checkpoint is a {', '.join(map(str, architectures))}, with no trained "
+            "classification head (a reranker would score with random weights); use a cross-encoder such as "
+            "bge-reranker or monobert, or a model saved as *ForSequenceClassification"
+        )
 
 
 class CrossEncoderScorer:
@@ -81,7 +100,11 @@ class CrossEncoderScorer:
             if self.dtype != "float32":
                 kwargs["model_kwargs"] = dtype_kwargs(self.dtype)
             logger.info("loading cross-encoder %s on %s (%s, max length %s)", self.model_id, self.device, self.dtype, self.max_length)
+            transformers = require("transformers", "rerank")
             try:
+                config = transformers.AutoConfig.from_pretrained(self.model_id, trust_remote_code=self.trust_remote_code,
+                                                                 **hub_kwargs(self.revision))
+                check_classification_head(getattr(config, "architectures", None), self.model_id)
                 model = st.CrossEncoder(self.model_id, **kwargs)
             except OSError as exc:
                 raise load_error(self.model_id, exc) from exc
