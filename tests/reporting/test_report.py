@@ -86,11 +86,14 @@ def test_tables_plots_and_drilldown_content(page_html):
     assert queries == ["q2", "q1", "q3", "q4"]  # by |A - B|: 0.76019, 0.61315, 0.36907, 0
 
 
-def test_without_datasets_the_runs_are_still_shown(results, tmp_path):
+def test_without_datasets_the_runs_are_still_shown(results, tmp_path, caplog):
     path = tmp_path / "r.html"
-    assert run("report", results, "-o", path, "--n-resamples", 100, "--a", f"base retriever/{EVIL}").code == 0
+    done = run("report", results, "-o", path, "--n-resamples", 100, "--a", f"base retriever/{EVIL}")
+    assert done.code == 0
     html = path.read_text(encoding="utf-8")
     assert "texts and judgements not shown" in html and "r2med datasets download Biology" in html
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any(m.startswith("Biology: texts and judgements not shown") for m in warned)  # said on the terminal too
     assert "A = <b>base retriever/&lt;img" in html and "<td>-43.56</td>" in html  # A and B swapped by --a
     bad = run("report", results, "-o", tmp_path / "x.html", "--a", "base retriever/nope")
     assert bad.code == 2 and "not in the result directory" in bad.err and not (tmp_path / "x.html").exists()

@@ -311,6 +311,8 @@ def _drill_dataset(dataset: str, picks: list[tuple[str, SystemResults]], options
 
     notes: list[str] = []
     folder, note = _dataset_dir(dataset, options.data_dir, settings)
+    if note:  # the page says it too; a page with empty text columns must not come without a word
+        logger.warning("%s: %s", dataset, note)
     data = load_dir(folder, dataset) if folder is not None else None
     if note:
         notes.append(note)
