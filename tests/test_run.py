@@ -114,3 +114,16 @@ def test_identical_ids_option(cli, tmp_path):
     dropped = cli("run", "--data-dir", root, "--output", tmp_path / "b", "--json", "--no-cache", "--identical-ids", "drop")
     assert kept.json()["ds"]["ndcg_at_10"] == 1.0
     assert dropped.json()["ds"]["ndcg_at_10"] == 0.0
+
+
+def test_name_names_a_single_retriever(cli, tmp_path):
+    """--name is the system's name for one retriever too (two local models in folders of the same name would
+    otherwise write into one results folder)."""
+    tiny = DATA / "tiny"
+    result = cli("run", "--retriever", "bm25", "--name", "my-bm25", "--data-dir", tiny, "--output", tmp_path)
+    assert result.code == 0, result.err
+    assert (tmp_path / "base retriever" / "my-bm25" / "tiny.json").is_file()
+    assert not (tmp_path / "base retriever" / "bm25").exists()
+    assert result.out.startswith("my-bm25 -> ")
+    bad = cli("run", "--retriever", "bm25", "--name", "../x", "--data-dir", tiny, "--output", tmp_path)
+    assert bad.code == 2 and "--name" in bad.err

@@ -89,9 +89,12 @@ def _run(spec: PipelineSpec, named: list, loaders: list, lock: DirectoryLock, *,
         expansion = (Expansion.parse(spec.expansion, policy=spec.answer_policy, composition=spec.bm25_composition)
                      if spec.expansion else None)
         inputs: list[tuple[SystemPath, bool]] = []
+        # one retriever, no fusion: the spec's name names the retriever's results (two local models in folders
+        # of the same name would otherwise share them)
+        single = spec.name if len(spec.retrievers) == 1 and spec.fusion is None else None
         for rspec in spec.retrievers:
             stage = Retrieve(make_retriever(rspec, cache_dir=cache_dir, progress=progress), top_k=spec.top_k,
-                             expansion=expansion, settings=settings)
+                             expansion=expansion, settings=settings, system=single)
             inputs.append((run(stage), stage.ignore_identical_ids))
             del stage  # one retriever (model) in memory at a time
         last = inputs[-1][0]

@@ -89,7 +89,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                     help="run the pipeline a TOML file describes (datasets, expansion, retrievers, fusion)")
     rn.add_argument("--fuse", default=None, choices=["rrf", "combsum", "combmnz", "interpolate"],
                     help="fuse the runs of the --retriever flags (default rrf when several are given)")
-    rn.add_argument("--name", default=None, help="the fused system's name (results under fusion/<name>/)")
+    rn.add_argument("--name", default=None,
+                    help="the system's name: a single retriever's results go under base retriever/<name>/ (default: "
+                         "the retriever's name, e.g. a model directory's last part), a fusion's under fusion/<name>/")
     rn.add_argument("--bm25-variant", default="r2med", choices=["r2med", "lucene"],
                     help="r2med: the published numbers (gensim LuceneBM25Model, query-side weighting); lucene: Anserini's BM25")
     rn.add_argument("--k1", type=float, default=0.9, help="BM25 k1 (default 0.9)")

@@ -37,19 +37,21 @@ class Expansion:
 
 class Retrieve:
     """Search each dataset with ``retriever``: results under ``base retriever/<name>/`` or, with an
-    ``expansion``, ``gar/<method>/<llm>/<name>/`` (a non-default BM25 composition in place of the method)."""
+    ``expansion``, ``gar/<method>/<llm>/<name>/`` (a non-default BM25 composition in place of the method);
+    ``name`` is ``system`` when given, else the retriever's."""
 
     def __init__(self, retriever: Retriever, *, top_k: int = 100, expansion: Expansion | None = None,
-                 settings: Settings | None = None) -> None:
+                 settings: Settings | None = None, system: str | None = None) -> None:
         self.retriever = retriever
         self.top_k = top_k
         self.expansion = expansion
         self.settings = settings
         self.ignore_identical_ids = retriever.ignore_identical_ids
+        name = system or retriever.name  # ``system``: the user's name for it (``r2med run --name``)
         if expansion is None:
-            self.where = SystemPath.base(retriever.name)
+            self.where = SystemPath.base(name)
         else:
-            self.where = SystemPath.gar(expansion.composition or expansion.method, expansion.llm, retriever.name)
+            self.where = SystemPath.gar(expansion.composition or expansion.method, expansion.llm, name)
         self._paths: dict[str, Path] = {}  # expansion file per dataset, found once
         self._prepared: dict[str, PreparedQueries] = {}
 
