@@ -4,7 +4,8 @@
 - ``templates``: chat templates for text completion;
 - ``search``: any retriever opened over a corpus for repeated searches (``open_searcher``);
 - ``loop``: the concurrent, resumable agent loop (``run_agent``, ``AgentConfig``);
-- ``server``: ``r2med serve``, Search-R1's ``POST /retrieve`` over an r2med searcher.
+- ``retrieve_api``: Search-R1's ``/retrieve`` request checked and answered (pure data);
+- ``server``: ``r2med serve``, the HTTP server for it over an r2med searcher.
 
 Importing this package imports nothing heavy.
 """
