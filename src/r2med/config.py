@@ -59,7 +59,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, get_args, get_origin, get_type_hints
 
-from r2med.agent.loop import AgentConfig
+from r2med.agent.config import AgentConfig
 from r2med.errors import InvalidInputError, MissingResourceError, UsageError
 from r2med.io.names import check_name
 from r2med.rerankers.registry import RerankerOptions

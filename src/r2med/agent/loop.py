@@ -26,196 +26,41 @@ import json
 import logging
 import threading
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from r2med import __version__
 from r2med.agent import styles as st
+from r2med.agent.config import STOP_REASONS, AgentConfig
+from r2med.agent.outputs import (
+    CACHE_FILE,
+    EXPANSION_FILE,
+    RRF_K,
+    SUMMARY_FILE,
+    TRAJECTORIES_FILE,
+    AgentReport,
+    agent_ranking,
+    answer_of,
+    expansion_rows,
+)
 from r2med.agent.search import CorpusSearcher, search_r1_contents
-from r2med.agent.templates import template_for_model, templates
+from r2med.agent.templates import templates
 from r2med.datasets.model import Dataset
-from r2med.errors import MissingResourceError, ProviderError, UsageError
+from r2med.errors import MissingResourceError, ProviderError
 from r2med.http import safe_url
-from r2med.io.atomic import remove_file, write_atomic, write_text_atomic
-from r2med.llm.reasoning import POLICIES
-from r2med.types import Run
+from r2med.io.atomic import remove_file, write_jsonl_atomic, write_text_atomic
+
+#: re-exported: the loop's configuration, outputs and file names live in ``config`` and ``outputs``
+__all__ = ["CACHE_FILE", "EXPANSION_FILE", "RRF_K", "STOP_REASONS", "SUMMARY_FILE", "TRAJECTORIES_FILE", "AgentConfig",
+           "AgentReport", "agent_ranking", "answer_of", "run_agent"]
 
 logger = logging.getLogger(__name__)
-
-CACHE_FILE = "agent-cache.jsonl"
-EXPANSION_FILE = "query_with_hydoc.jsonl"
-TRAJECTORIES_FILE = "trajectories.jsonl"
-SUMMARY_FILE = "summary.json"
-#: RRF's k for the agent's own ranking (the usual 60)
-RRF_K = 60
-
-#: why a query's loop ended
-STOP_REASONS = {
-    "answer": "the model gave its answer",
-    "no-answer": "the model stopped without a search and without an answer",
-    "length": "a generation reached max_tokens",
-    "search-limit": "the model asked for a search beyond max_searches",
-    "repeated-search": "Search-R1 asked the same search twice in a row",
-    "empty-search": "the model closed an empty search query",
-    "max-turns": "the turn limit was reached with the model still searching",
-    "budget": "the request or token budget ran out",
-    "error": "a request failed after its retries (the query is not written; rerun to retry it)",
-}
-
-
-@dataclass(frozen=True)
-class AgentConfig:
-    """One agent: ``style`` (search-r1 | search-o1), the LLM (``llm_model`` at ``base_url``; ``llm_name`` names its
-    folder, default the model id), and the loop's limits. ``None`` takes the style's default (the authors')."""
-
-    style: str
-    llm_model: str
-    base_url: str
-    llm_name: str | None = None
-    chat_template: str | None = None
-    search_top_k: int | None = None
-    max_searches: int | None = None
-    max_turns: int | None = None
-    max_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    seed: int | None = None
-    concurrency: int = 16
-    policy: str = "fallback"
-    max_requests: int | None = None
-
-    def __post_init__(self) -> None:
-        st.agent_style(self.style)  # UsageError with the valid names
-        if self.policy not in POLICIES:
-            raise UsageError(f"unknown answer policy {self.policy!r}; valid: {', '.join(POLICIES)}")
-        for name in ("search_top_k", "max_turns", "max_tokens", "concurrency", "max_requests"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise UsageError(f"{name.replace('_', '-')} must be at least 1, got {value}")
-        if self.max_searches is not None and self.max_searches < 0:
-            raise UsageError(f"max-searches must be at least 0, got {self.max_searches}")
-        if self.chat_template is not None:
-            templates().get(self.chat_template)
-
-    @property
-    def name(self) -> str:
-        return self.llm_name or self.llm_model
-
-    def resolved(self) -> AgentConfig:
-        """Every ``None`` replaced by the style's default; the chat template from the model's name (UsageError
-        when it names none: pass ``chat_template``)."""
-        style = st.agent_style(self.style)
-        d = style.defaults
-        template = self.chat_template or template_for_model(self.llm_model) or template_for_model(self.name)
-        if template is None:
-            raise UsageError(f"no chat template is known for {self.llm_model!r}; pass --chat-template "
-                             f"({', '.join(templates().names())})")
-        return replace(
-            self, style=style.name, chat_template=template,
-            search_top_k=self.search_top_k or d.top_k,
-            max_searches=d.max_searches if self.max_searches is None else self.max_searches,
-            max_turns=self.max_turns or max(d.max_turns, (self.max_searches or 0) + 1),
-            max_tokens=self.max_tokens or style.max_tokens(self.llm_model),
-            temperature=d.temperature if self.temperature is None else self.temperature,
-            top_p=d.top_p if self.top_p is None else self.top_p,
-        )
-
-    def key(self) -> dict[str, Any]:
-        """What determines the agent's output (manifests, summaries): no address, concurrency or budget."""
-        out = asdict(self.resolved())
-        for name in ("base_url", "concurrency", "max_requests", "llm_name"):
-            out.pop(name)
-        out["extra"] = st.agent_style(self.style).extra(self.llm_model)
-        if out["style"] == "search-o1":  # the Reason-in-Documents call's own, fixed sampling
-            out["reason_in_documents"] = {**st.O1_REASON_SAMPLING, **st.O1_REASON_EXTRA}
-        return out
-
-
-@dataclass
-class AgentReport:
-    """What one ``run_agent`` call did."""
-
-    dataset: str
-    style: str
-    llm: str
-    queries: int = 0
-    written: int = 0
-    llm_calls: int = 0
-    cached_calls: int = 0
-    search_calls: int = 0
-    repeated_searches: int = 0
-    searches: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    fell_back: int = 0
-    stop_reasons: dict[str, int] = field(default_factory=dict)
-    failures: dict[str, str] = field(default_factory=dict)
-    stopped: str | None = None
-    seconds: float = 0.0
-    paths: dict[str, Path] = field(default_factory=dict)
-    run: Run | None = None
-    trajectories: list[dict[str, Any]] = field(default_factory=list)
-
-    @property
-    def complete(self) -> bool:
-        return not self.failures and self.stopped is None
-
-    def as_dict(self) -> dict[str, Any]:
-        out = {k: v for k, v in asdict(self).items() if k not in ("run", "trajectories")}
-        out["paths"] = {k: str(v) for k, v in self.paths.items()}
-        return out
 
 
 class _Stop(Exception):
     """Ends one query's loop with a reason (budget) without an error."""
-
-
-def answer_of(style: str, trajectory: dict[str, Any], *, thinking_template: bool) -> str | None:
-    """The part of a trajectory that becomes ``hy_doc`` (None: the agent gave no answer).
-
-    Search-R1: the text inside the first closed ``<answer>...</answer>`` of the model's turns (what r2med's
-    ``search-r1`` reasoning style takes from the published files). Search-o1: the model's final turn (the text
-    after its last search result) after its last ``</think>``, when the loop ended by the model stopping;
-    with a template that opens a thinking block (QwQ) a final turn that never closed it is no answer.
-
-    >>> answer_of("search-r1", {"stop_reason": "answer", "turns": [{"text": "<think>x</think><answer> B </answer>"}]},
-    ...           thinking_template=False)
-    'B'
-    >>> answer_of("search-o1", {"stop_reason": "answer", "turns": [{"text": "hm</think>\\n\\nAspirin."}]},
-    ...           thinking_template=True)
-    'Aspirin.'
-    """
-    if trajectory["stop_reason"] != "answer" or not trajectory["turns"]:
-        return None
-    last = trajectory["turns"][-1]["text"]
-    if style == "search-r1":
-        return st.first_between(last, *st.R1_ANSWER)
-    if "</think>" in last:
-        return last.rsplit("</think>", 1)[1].strip()
-    return None if thinking_template else last.strip()
-
-
-def agent_ranking(trajectories: list[dict[str, Any]], *, top_k: int = 100, name: str = "agent") -> Run:
-    """Every document the agent's searches returned, fused over its searches by RRF (k=60; a query without a search
-    has an empty ranking).
-
-    >>> t = [{"id": "q", "searches": [{"ids": ["a", "b"]}, {"ids": ["b"]}]}]
-    >>> agent_ranking(t)["q"]  # b: 1/62 + 1/61, a: 1/61
-    {'b': 0.03252247488101534, 'a': 0.01639344262295082}
-    """
-    from r2med.fusion import rrf
-
-    out = Run(name=name)
-    for row in trajectories:
-        qid = row["id"]
-        runs = [Run({qid: {did: float(len(s["ids"]) - i) for i, did in enumerate(s["ids"])}})
-                for s in row["searches"] if s["ids"]]
-        out[qid] = dict(rrf(runs, k=RRF_K, depth=top_k).get(qid, {})) if runs else {}
-    return out
 
 
 class _Engine:
@@ -506,10 +351,10 @@ def run_agent(
         engine.executor.shutdown(wait=True)
     report.trajectories = rows
     report.run = agent_ranking(rows, top_k=top_k, name=f"{config.style}-{config.name}")
-    expansion_rows = _expansion_rows(dataset, config, rows, report)
-    _write_jsonl(report.paths["trajectories"], rows)
-    if expansion_rows:
-        _write_jsonl(report.paths["expansions"], expansion_rows)
+    written = expansion_rows(dataset, config, rows, report)
+    write_jsonl_atomic(report.paths["trajectories"], rows)
+    if written:
+        write_jsonl_atomic(report.paths["expansions"], written)
     else:  # no row: an earlier run's file must not stand in for this one (``r2med run --expansion`` would read it)
         remove_file(report.paths["expansions"])
     report.seconds = time.perf_counter() - start
@@ -528,47 +373,3 @@ def run_agent(
     return report
 
 
-def _expansion_rows(dataset: Dataset, config: AgentConfig, rows: list[dict[str, Any]],
-                    report: AgentReport) -> list[dict[str, Any]]:
-    """The official expansion rows (dataset order) and the report's counts."""
-    out = []
-    reasons: Counter[str] = Counter()
-    for row in rows:
-        reasons[row["stop_reason"]] += 1
-        report.searches += len(row["searches"])
-        report.prompt_tokens += sum(t["prompt_tokens"] for t in row["turns"])
-        report.completion_tokens += sum(t["completion_tokens"] for t in row["turns"])
-        for search in row["searches"]:
-            used = search.get("reason_in_documents")
-            if used:
-                report.prompt_tokens += used["prompt_tokens"]
-                report.completion_tokens += used["completion_tokens"]
-        qid, text = row["id"], row["question"]
-        if row["stop_reason"] in ("error", "budget"):
-            report.failures[qid] = row["error"] or STOP_REASONS[row["stop_reason"]]
-            continue
-        answer = row["answer"]
-        fell_back = False
-        if not answer:
-            if config.policy == "error":
-                report.failures[qid] = f"no answer ({row['stop_reason']}: {STOP_REASONS[row['stop_reason']]})"
-                continue
-            answer, fell_back = (row["output"], False) if config.policy == "authors" else (text, True)
-            if not answer.strip():
-                answer, fell_back = text, True
-        report.fell_back += fell_back
-        extra = {k: v for k, v in dataset.query_fields.get(qid, {}).items() if k not in ("id", "text", "hy_doc")}
-        out.append({"id": qid, "text": text, "hy_doc": answer, **extra, "answer_policy": config.policy,
-                    "style": config.style, "stop_reason": row["stop_reason"], "searches": len(row["searches"]),
-                    "fell_back": fell_back})
-    report.stop_reasons = dict(sorted(reasons.items()))
-    report.written = len(out)
-    return out
-
-
-def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
-    def body(handle: IO[str]) -> None:
-        for row in rows:
-            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
-
-    write_atomic(path, body)

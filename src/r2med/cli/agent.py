@@ -15,7 +15,7 @@ from r2med.cli.args import csv_list as _csv
 
 
 def build_spec(args: argparse.Namespace):
-    from r2med.agent.loop import AgentConfig
+    from r2med.agent.config import AgentConfig
     from r2med.config import AgentSpec, PipelineSpec
     from r2med.retrievers.registry import RetrieverSpec
 

@@ -20,7 +20,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from r2med import __version__
 from r2med.datasets.model import Dataset
@@ -28,7 +28,7 @@ from r2med.errors import InvalidInputError, ProviderError, UsageError
 from r2med.expansion import prompts
 from r2med.expansion.methods import gar_method, method_names
 from r2med.http import safe_url
-from r2med.io.atomic import write_atomic, write_text_atomic
+from r2med.io.atomic import write_jsonl_atomic, write_text_atomic
 from r2med.io.names import check_name
 from r2med.llm import reasoning
 from r2med.llm.cache import ResponseCache
@@ -270,12 +270,8 @@ def generate_expansions(
     finally:
         cache.close()
 
-    def write_rows(handle: IO[str]) -> None:
-        for row in rows:
-            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
-
     if rows:
-        write_atomic(report.paths["expansions"], write_rows)
+        write_jsonl_atomic(report.paths["expansions"], rows)
     report.written = len(rows)
     report.seconds = time.perf_counter() - start
     summary = {"report": report.as_dict(), "config": {**asdict(config), "base_url": safe_url(config.base_url)},

@@ -9,11 +9,12 @@ not pile up half files. Every change of a stored file goes through ``_commit`` (
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
 from pathlib import Path
 from typing import IO, Any
@@ -143,3 +144,12 @@ def _umask() -> int:
 def write_text_atomic(path: Path, text: str) -> Path:
     """Write ``text`` to ``path`` atomically (UTF-8)."""
     return write_atomic(path, lambda handle: handle.write(text))
+
+
+def write_jsonl_atomic(path: Path, rows: Iterable[dict[str, Any]]) -> Path:
+    """Write ``rows`` as JSON lines (UTF-8, non-ASCII kept) to ``path`` atomically."""
+    def body(handle: IO[str]) -> None:
+        for row in rows:
+            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+    return write_atomic(path, body)

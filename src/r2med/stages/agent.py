@@ -13,7 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from r2med.agent.loop import AgentConfig, AgentReport, run_agent
+from r2med.agent.config import AgentConfig
+from r2med.agent.loop import run_agent
+from r2med.agent.outputs import AgentReport
 from r2med.datasets.model import Dataset
 from r2med.errors import IncompleteResultError
 from r2med.expansion.generate import expansion_dir, llm_dir_name

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from r2med.datasets.model import Dataset
 from r2med.errors import DamagedFileError, IncompleteResultError
 from r2med.evaluation import evaluate
-from r2med.io.atomic import recorded_writes, remove_file, write_atomic
+from r2med.io.atomic import recorded_writes, remove_file, write_jsonl_atomic
 from r2med.io.lock import DirectoryLock
 from r2med.manifest import (
     build_manifest,
@@ -111,7 +110,7 @@ def _compute(stage: Stage, dataset: Dataset, config: dict[str, Any], output: Pat
     _retire(planned, {planned.run, planned.per_query, planned.result, *artifact_paths.values()})
     with recorded_writes() as written:
         for suffix, rows in artifacts.items():
-            _write_jsonl(artifact_paths[suffix], rows)
+            write_jsonl_atomic(artifact_paths[suffix], rows)
         files = write_result(output, stage.where, dataset.name, scores, run, seconds=seconds)
     timings = {"search": searched - start, "evaluate": time.perf_counter() - searched, "total": seconds}
     details = stage.details(dataset)
@@ -137,11 +136,3 @@ def _retire(files: ResultFiles, keep: set[Path]) -> None:
     for stale in sorted(old - keep - {manifest_path(files.result)}):
         remove_file(stale)
     remove_file(manifest_path(files.result))
-
-
-def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
-    def body(handle: IO[str]) -> None:
-        for row in rows:
-            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
-
-    write_atomic(path, body)

@@ -1,0 +1,141 @@
+"""What an agent run leaves: its report, the answer each trajectory gives, its ranking, the expansion rows.
+
+Pure functions over the trajectories the loop (``r2med.agent.loop``) wrote; the file names of an agent's
+output folder are here too.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from r2med.agent import styles as st
+from r2med.agent.config import STOP_REASONS, AgentConfig
+from r2med.datasets.model import Dataset
+from r2med.types import Run
+
+CACHE_FILE = "agent-cache.jsonl"
+EXPANSION_FILE = "query_with_hydoc.jsonl"
+TRAJECTORIES_FILE = "trajectories.jsonl"
+SUMMARY_FILE = "summary.json"
+#: RRF's k for the agent's own ranking (the usual 60)
+RRF_K = 60
+
+
+@dataclass
+class AgentReport:
+    """What one ``run_agent`` call did."""
+
+    dataset: str
+    style: str
+    llm: str
+    queries: int = 0
+    written: int = 0
+    llm_calls: int = 0
+    cached_calls: int = 0
+    search_calls: int = 0
+    repeated_searches: int = 0
+    searches: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    fell_back: int = 0
+    stop_reasons: dict[str, int] = field(default_factory=dict)
+    failures: dict[str, str] = field(default_factory=dict)
+    stopped: str | None = None
+    seconds: float = 0.0
+    paths: dict[str, Path] = field(default_factory=dict)
+    run: Run | None = None
+    trajectories: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        return not self.failures and self.stopped is None
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {k: v for k, v in asdict(self).items() if k not in ("run", "trajectories")}
+        out["paths"] = {k: str(v) for k, v in self.paths.items()}
+        return out
+
+
+def answer_of(style: str, trajectory: dict[str, Any], *, thinking_template: bool) -> str | None:
+    """The part of a trajectory that becomes ``hy_doc`` (None: the agent gave no answer).
+
+    Search-R1: the text inside the first closed ``<answer>...</answer>`` of the model's turns (what r2med's
+    ``search-r1`` reasoning style takes from the published files). Search-o1: the model's final turn (the text
+    after its last search result) after its last ``</think>``, when the loop ended by the model stopping;
+    with a template that opens a thinking block (QwQ) a final turn that never closed it is no answer.
+
+    >>> answer_of("search-r1", {"stop_reason": "answer", "turns": [{"text": "<think>x</think><answer> B </answer>"}]},
+    ...           thinking_template=False)
+    'B'
+    >>> answer_of("search-o1", {"stop_reason": "answer", "turns": [{"text": "hm</think>\\n\\nAspirin."}]},
+    ...           thinking_template=True)
+    'Aspirin.'
+    """
+    if trajectory["stop_reason"] != "answer" or not trajectory["turns"]:
+        return None
+    last = trajectory["turns"][-1]["text"]
+    if style == "search-r1":
+        return st.first_between(last, *st.R1_ANSWER)
+    if "</think>" in last:
+        return last.rsplit("</think>", 1)[1].strip()
+    return None if thinking_template else last.strip()
+
+
+def agent_ranking(trajectories: list[dict[str, Any]], *, top_k: int = 100, name: str = "agent") -> Run:
+    """Every document the agent's searches returned, fused over its searches by RRF (k=60; a query without a search
+    has an empty ranking).
+
+    >>> t = [{"id": "q", "searches": [{"ids": ["a", "b"]}, {"ids": ["b"]}]}]
+    >>> agent_ranking(t)["q"]  # b: 1/62 + 1/61, a: 1/61
+    {'b': 0.03252247488101534, 'a': 0.01639344262295082}
+    """
+    from r2med.fusion import rrf
+
+    out = Run(name=name)
+    for row in trajectories:
+        qid = row["id"]
+        runs = [Run({qid: {did: float(len(s["ids"]) - i) for i, did in enumerate(s["ids"])}})
+                for s in row["searches"] if s["ids"]]
+        out[qid] = dict(rrf(runs, k=RRF_K, depth=top_k).get(qid, {})) if runs else {}
+    return out
+
+
+def expansion_rows(dataset: Dataset, config: AgentConfig, rows: list[dict[str, Any]],
+                    report: AgentReport) -> list[dict[str, Any]]:
+    """The official expansion rows (dataset order) and the report's counts."""
+    out = []
+    reasons: Counter[str] = Counter()
+    for row in rows:
+        reasons[row["stop_reason"]] += 1
+        report.searches += len(row["searches"])
+        report.prompt_tokens += sum(t["prompt_tokens"] for t in row["turns"])
+        report.completion_tokens += sum(t["completion_tokens"] for t in row["turns"])
+        for search in row["searches"]:
+            used = search.get("reason_in_documents")
+            if used:
+                report.prompt_tokens += used["prompt_tokens"]
+                report.completion_tokens += used["completion_tokens"]
+        qid, text = row["id"], row["question"]
+        if row["stop_reason"] in ("error", "budget"):
+            report.failures[qid] = row["error"] or STOP_REASONS[row["stop_reason"]]
+            continue
+        answer = row["answer"]
+        fell_back = False
+        if not answer:
+            if config.policy == "error":
+                report.failures[qid] = f"no answer ({row['stop_reason']}: {STOP_REASONS[row['stop_reason']]})"
+                continue
+            answer, fell_back = (row["output"], False) if config.policy == "authors" else (text, True)
+            if not answer.strip():
+                answer, fell_back = text, True
+        report.fell_back += fell_back
+        extra = {k: v for k, v in dataset.query_fields.get(qid, {}).items() if k not in ("id", "text", "hy_doc")}
+        out.append({"id": qid, "text": text, "hy_doc": answer, **extra, "answer_policy": config.policy,
+                    "style": config.style, "stop_reason": row["stop_reason"], "searches": len(row["searches"]),
+                    "fell_back": fell_back})
+    report.stop_reasons = dict(sorted(reasons.items()))
+    report.written = len(out)
+    return out
