@@ -1,5 +1,5 @@
-"""LLM access: an OpenAI-compatible chat client (``client``), its resumable response cache (``cache``) and the
-parsers of reasoning models' outputs (``reasoning``).
+"""LLM access: an OpenAI-compatible chat client (``client``), the data of its requests and their keys
+(``requests``), its resumable response cache (``cache``) and the parsers of reasoning models' outputs (``reasoning``).
 
 Importing this package imports nothing but itself: the names below load their module on first use, so that
 ``r2med.llm.reasoning`` (pure string parsing) does not pull in the client; the client loads ``openai`` and
@@ -27,8 +27,9 @@ if TYPE_CHECKING:
 
 _HOME = {
     "ResponseCache": "r2med.llm.cache",
-    **{name: "r2med.llm.client" for name in ("Budget", "BudgetExceeded", "ChatClient", "ChatJob", "ChatResult",
-                                             "SamplingParams", "Usage", "canonical_request", "request_key")},
+    "ChatClient": "r2med.llm.client",
+    **{name: "r2med.llm.requests" for name in ("Budget", "BudgetExceeded", "ChatJob", "ChatResult", "SamplingParams",
+                                               "Usage", "canonical_request", "request_key")},
 }
 
 __all__ = [

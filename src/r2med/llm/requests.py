@@ -1,0 +1,114 @@
+"""The data of an LLM request: its sampling, the result, usage and budget, a job, and its content key.
+
+``request_key`` names a request by everything that determines its response (model, messages or prompt,
+sampling, extra fields): the key of every response cache. ``r2med.llm.client`` sends the requests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from r2med.errors import ProviderError
+
+Messages = Sequence[dict[str, str]]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Sampling parameters of a chat request; ``None`` leaves the server's default.
+
+    >>> SamplingParams(temperature=0.7, max_tokens=10240, seed=42).to_request()
+    {'temperature': 0.7, 'max_tokens': 10240, 'seed': 42}
+    """
+
+    temperature: float | None = None
+    top_p: float | None = None
+    max_tokens: int | None = None
+    seed: int | None = None
+
+    def to_request(self) -> dict:
+        """The non-``None`` fields, as keyword arguments of ``chat.completions.create``."""
+        return {key: value for key, value in asdict(self).items() if value is not None}
+
+
+@dataclass(frozen=True)
+class ChatResult:
+    """One finished generation. ``reasoning`` is the server's ``reasoning_content``/``reasoning`` field."""
+
+    text: str
+    reasoning: str | None
+    finish_reason: str | None
+    prompt_tokens: int
+    completion_tokens: int
+    attempts: int
+    seconds: float
+    stop: str | None = None
+
+
+@dataclass
+class Usage:
+    """Cumulative counts: HTTP requests sent (retries included), retries, failed jobs and tokens."""
+
+    requests: int = 0
+    retries: int = 0
+    failures: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        """
+        >>> Usage(requests=3, retries=1).as_dict()["retries"]
+        1
+        """
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Limits for one client: HTTP requests sent, and prompt + completion tokens used."""
+
+    max_requests: int | None = None
+    max_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class ChatJob:
+    """A request to make; ``key`` names it for the caller (usually ``request_key``)."""
+
+    key: str
+    messages: list[dict[str, str]]
+    params: SamplingParams
+
+
+class BudgetExceeded(ProviderError):
+    """The budget ran out: no new request was sent; everything finished was delivered (exit 6)."""
+
+    def __init__(self, message: str, *, pending: int = 0) -> None:
+        super().__init__(message)
+        self.pending = pending
+        self.report: Any = None  # filled by callers that write partial output (generate_expansions)
+
+
+def canonical_request(model: str, messages: Messages, params: SamplingParams, *, extra: dict | None = None) -> str:
+    """The canonical JSON of everything that determines a response (sorted keys, no spaces).
+
+    >>> canonical_request("m", [{"role": "user", "content": "hi"}], SamplingParams(seed=1))
+    '{"extra":{},"messages":[{"content":"hi","role":"user"}],"model":"m","params":{"seed":1}}'
+    """
+    payload = {"model": model, "messages": [dict(m) for m in messages], "params": params.to_request(), "extra": extra or {}}
+    return json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+def request_key(model: str, messages: Messages, params: SamplingParams, *, extra: dict | None = None) -> str:
+    """sha256 hex of ``canonical_request``: equal requests share a key, any change makes a new one.
+
+    >>> msgs = [{"role": "user", "content": "hi"}]
+    >>> a = request_key("m", msgs, SamplingParams(seed=1))
+    >>> len(a), a == request_key("m", list(msgs), SamplingParams(seed=1)), a == request_key("m", msgs, SamplingParams(seed=2))
+    (64, True, False)
+    """
+    return hashlib.sha256(canonical_request(model, messages, params, extra=extra).encode("utf-8")).hexdigest()
