@@ -19,31 +19,18 @@ The two are compared: the concurrent run must send as many requests and write th
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fake_servers import server_process
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
-
-
-@contextlib.contextmanager
-def completion_server(latency: float):
-    """The scripted completion server in its own process (so that it does not share this one's GIL); yields its URL."""
-    code = ("import sys; from completion_server import CompletionServer; "
-            f"s = CompletionServer(latency={latency!r}); print(s.base_url, flush=True); sys.stdin.read()")
-    proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO / "tests" / "agent", stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
-    try:
-        yield proc.stdout.readline().strip()
-    finally:
-        proc.stdin.close()
-        proc.wait(timeout=10)
 
 
 def timed(dataset, config, searcher) -> tuple[float, object, dict[str, bytes]]:
@@ -81,7 +68,7 @@ def main() -> int:
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}\n", flush=True)
 
     rows = []
-    with completion_server(args.latency) as base_url:
+    with server_process("agent", "completion_server", "CompletionServer", args.latency) as base_url:
         for label, concurrency in (("sequential (1 query at a time)", 1), (f"concurrent ({args.concurrency} in flight)",
                                                                            args.concurrency)):
             config = AgentConfig(args.style, "fake", base_url, chat_template="chatml", concurrency=concurrency)

@@ -18,13 +18,14 @@ Each system starts from an empty cache, so every expansion is a real request.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fake_servers import server_process
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -80,20 +81,6 @@ def compare(label: str, dataset, base_url: str, model: str, sampling, concurrenc
           f"{t_loop / t_ours:.2f}x |", flush=True)
 
 
-@contextlib.contextmanager
-def fake_server(latency: float):
-    """The test chat server in its own process (so that it does not share this one's GIL); yields its URL."""
-    code = ("import sys, time; from chat_server import ChatServer; "
-            f"s = ChatServer(latency={latency!r}).start(); print(s.base_url, flush=True); sys.stdin.read()")
-    proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO / "tests" / "llm", stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
-    try:
-        yield proc.stdout.readline().strip()
-    finally:
-        proc.stdin.close()
-        proc.wait(timeout=10)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--queries", type=int, default=128, help="fake server: SciFact queries expanded")
@@ -112,7 +99,7 @@ def main() -> int:
           f"load average {os.getloadavg()[0]:.1f}\n")
     print("| server | system | seconds | expansions/s | speed-up |")
     print("|---|---|---:|---:|---:|")
-    with fake_server(args.latency) as base_url:
+    with server_process("llm", "chat_server", "ChatServer", args.latency, start=True) as base_url:
         compare(f"fake, {args.latency * 1000:.0f} ms/request, {args.queries} queries", scifact(args.queries), base_url,
                 "fake", sampling, args.concurrency)
     if args.skip_gemma:
