@@ -48,7 +48,7 @@ class Agent:
         self.where = SystemPath.agent(self.agent_config.style, self.llm, retriever.name)
         self.ignore_identical_ids = retriever.ignore_identical_ids
         self._reports: dict[str, AgentReport] = {}
-        self._searchers: dict[str, Any] = {}
+        self._knowledge_searcher: Any = None
 
     def out_dir(self, dataset: Dataset) -> Path:
         """Where the agent's files for ``dataset`` go (the expansion folder ``r2med run --expansion`` reads)."""
@@ -73,17 +73,13 @@ class Agent:
         from r2med.agent.search import open_searcher
 
         corpus, source = self._corpus(dataset)
-        key = corpus.name if self.knowledge is not None else f"dataset:{dataset.name}"
-        if key not in self._searchers:
-            if self.knowledge is None:
-                self._searchers.clear()  # one dataset's index in memory at a time
-            self._searchers[key] = open_searcher(self.retriever, corpus, source=source)
-        try:
-            report = run_agent(dataset, self.agent_config, self._searchers[key], out_dir=self.out_dir(dataset),
-                               client=self.client, top_k=self.top_k, progress=self.progress)
-        finally:
-            if self.knowledge is None:
-                self._searchers.pop(key, None)
+        if self.knowledge is None:  # the dataset's own corpus: opened for this dataset only
+            searcher = open_searcher(self.retriever, corpus, source=source)
+        else:  # one knowledge corpus for every dataset: opened once
+            self._knowledge_searcher = self._knowledge_searcher or open_searcher(self.retriever, corpus, source=source)
+            searcher = self._knowledge_searcher
+        report = run_agent(dataset, self.agent_config, searcher, out_dir=self.out_dir(dataset), client=self.client,
+                           top_k=self.top_k, progress=self.progress)
         self._reports[dataset.name] = report
         if report.failures:
             first = next(iter(report.failures.items()))
