@@ -89,7 +89,8 @@ def _stop(pool: ProcessPoolExecutor) -> None:
     processes = list((getattr(pool, "_processes", None) or {}).values())
     for process in processes:
         process.terminate()
-    pool.shutdown(wait=False, cancel_futures=True)
+    # no cancel_futures: the manager thread fails the pending futures itself (BrokenProcessPool), nothing races it
+    pool.shutdown(wait=False)
     for process in processes:
         process.join(timeout=5)
 
@@ -140,9 +141,13 @@ def analyze_and_count(
         # a dead worker raises BrokenProcessPool here instead of hanging, as multiprocessing.Pool would
         pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"), initializer=_worker_init,
                                    initargs=(os.getpid(),))
+        # submit + result, not pool.map: map's generator cancels the pending futures from this thread when it is
+        # interrupted, racing the pool's manager thread, which then sets BrokenProcessPool on a cancelled future
+        # (InvalidStateError printed after "r2med: interrupted")
+        futures = [pool.submit(_work, bound) for bound in bounds]
         try:
-            for (start, stop), part in zip(bounds, pool.map(_work, bounds)):
-                parts.append(part)
+            for (start, stop), future in zip(bounds, futures):
+                parts.append(future.result())
                 report(stop - start)
         except BaseException:  # interrupted (KeyboardInterrupt, SIGTERM) or failed: no worker keeps running
             _stop(pool)
