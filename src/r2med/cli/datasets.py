@@ -1,4 +1,4 @@
-"""``r2med datasets list|download|expansions|stats|validate``."""
+"""``r2med datasets list|download|expansions|stats|validate|sample``."""
 
 from __future__ import annotations
 
@@ -118,6 +118,22 @@ def cmd_datasets_validate(args: argparse.Namespace) -> int:
     return 5 if unusable else 0
 
 
+def cmd_datasets_sample(args: argparse.Namespace) -> int:
+    from r2med.datasets.sample import SAMPLE_LICENCE, copy_sample, sample_files
+
+    target = copy_sample(args.dir)
+    counts = {name: data.count(b"\n") for name, data in sample_files().items() if name.endswith(".jsonl")}
+    if args.json:
+        _emit_json({"path": str(target), "queries": counts["query.jsonl"], "documents": counts["corpus.jsonl"],
+                    "judgements": counts["qrels.jsonl"], "licence": SAMPLE_LICENCE})
+        return 0
+    print(f"{target}: SciFact sample, {counts['query.jsonl']} queries, {counts['corpus.jsonl']} documents, "
+          f"{counts['qrels.jsonl']} judgements (licence {SAMPLE_LICENCE}, see its README.md)")
+    if not args.quiet:
+        print(f"next: r2med run --data-dir {args.dir}", file=sys.stderr)
+    return 0
+
+
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     """Add ``datasets`` to the ``r2med`` subcommands (``common``: the -q/-v options)."""
     ds = sub.add_parser("datasets", parents=[common], help="list, download, describe and check datasets")
@@ -136,6 +152,12 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     ex.add_argument("--local", action="store_true", help="do not list the hub repos (what is on this machine only)")
     ex.add_argument("--json", action="store_true")
     ex.set_defaults(func=cmd_datasets_expansions)
+    sa = ds_sub.add_parser("sample", parents=[common],
+                           help="copy the small SciFact sample r2med ships (50 queries, licence CC BY-NC 2.0) into DIR")
+    sa.add_argument("dir", nargs="?", type=Path, default=Path("r2med-sample"), metavar="DIR",
+                    help="where to put it (default ./r2med-sample); the dataset lands in DIR/scifact-sample")
+    sa.add_argument("--json", action="store_true")
+    sa.set_defaults(func=cmd_datasets_sample)
     for action, func, text in (
         ("stats", cmd_datasets_stats, "per-dataset statistics as in R2MED's README (#Q, #D, avg positives, lengths)"),
         ("validate", cmd_datasets_validate, "check every file and report every problem; exit 5 when unusable"),
