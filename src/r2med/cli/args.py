@@ -90,9 +90,13 @@ def progress_printer(args: argparse.Namespace, *, systems: bool = False, policy:
     return show
 
 
-def result_table(title: str, table: dict, columns: dict[str, str]) -> str:
-    """``title`` over a Markdown table of ``summarise`` output: one row per dataset, ``columns`` {header: key}."""
+def result_table(title: str, table: dict, columns: dict[str, str],
+                 extra: tuple[str, list[str]] | None = None) -> str:
+    """``title`` over a Markdown table of ``summarise`` output: one row per dataset, ``columns`` {header: key};
+    ``extra`` (header, one cell per row) adds a last column, e.g. the published values."""
     from r2med.reporting.tables import markdown_table
 
-    rows = [[name, *(pct(row[key]) for key in columns.values())] for name, row in table.items()]
-    return f"{title}\n" + markdown_table(["dataset", *columns], rows, align_right=[False, *([True] * len(columns))])
+    headers = ["dataset", *columns, *([extra[0]] if extra else [])]
+    rows = [[name, *(pct(row[key]) for key in columns.values()), *([extra[1][i]] if extra else [])]
+            for i, (name, row) in enumerate(table.items())]
+    return f"{title}\n" + markdown_table(headers, rows, align_right=[False, *([True] * (len(headers) - 1))])

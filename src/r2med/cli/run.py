@@ -74,9 +74,38 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 0
     retriever = SystemPath.parse(next(iter(tables))).system
     title = f"{retriever}{' + ' + args.reranker + ' top ' + str(args.rerank_top_k) if args.reranker else ''}"
-    print(result_table(f"{title} -> {SystemPath.parse(last).directory(spec.output)}", tables[last],
-                       {"nDCG@10": "ndcg_at_10", "R@100": "recall_at_100"}))
+    table = result_table(f"{title} -> {SystemPath.parse(last).directory(spec.output)}", tables[last],
+                         {"nDCG@10": "ndcg_at_10", "R@100": "recall_at_100"}, extra=paper_column(last, tables[last]))
+    print(table)
     return 0
+
+
+def paper_column(system: str, table: dict) -> tuple[str, list[str]] | None:
+    """The published nDCG@10 beside ours: ("paper nDCG@10", one cell per row of ``table``), or None when
+    ``system`` is not a published system or none of the datasets has a published value.
+
+    The average row's cell is the mean of the published values of the datasets shown (the paper's average when
+    all 8 are), and '-' when one of them has none.
+
+    >>> paper_column("base retriever/bm25", {"Biology": {}, "average": {}})
+    ('paper nDCG@10', ['19.19', '19.19'])
+    >>> paper_column("base retriever/bm25", {"scifact": {}, "average": {}}) is None
+    True
+    """
+    from r2med.reporting.leaderboard import exact_mean
+    from r2med.reporting.official import is_published, published
+
+    if not is_published(system):
+        return None
+    values = published(system).values("ndcg_at_10")
+    shown = [name for name in table if name != "average"]
+    if not any(name in values for name in shown):
+        return None
+    cells = [pct(values.get(name)) for name in shown]
+    if "average" in table:
+        complete = all(name in values for name in shown)
+        cells.append(pct(exact_mean([values[name] for name in shown])) if complete else "-")
+    return "paper nDCG@10", cells
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
