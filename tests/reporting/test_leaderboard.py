@@ -56,7 +56,11 @@ def test_official_files_are_read_as_they_are(tmp_path):
     assert set(rows) == {"base retriever/bm25", "gar/hyde/gpt4/bm25", "reranker/monobert/nv/top_10"}
     assert rows["gar/hyde/gpt4/bm25"].values == {"Biology": 0.57342}
     assert rows["reranker/monobert/nv/top_10"].values == {"Biology": 0.20022}
-    assert all(r.coverage == 1 and r.average is None for r in rows.values())
+    # the columns are the datasets the files hold (here Biology alone): each row is complete over them
+    assert all(r.datasets == ("Biology",) and r.coverage == 1 and r.average == r.values["Biology"] for r in rows.values())
+    # asked for R2MED's eight, each has 1 of 8 and no average
+    eight = build_rows(discover(REPORTING / "official_sample" / "results"), datasets=["r2med"])
+    assert all(r.coverage == 1 and r.average is None and len(r.datasets) == 8 for r in eight)
 
 
 def test_with_paper_marks_published_rows_and_partial_systems_show_coverage(tmp_path):
