@@ -160,11 +160,11 @@ def test_by_body_system_errors(standin, tmp_path):
     nocache = run("leaderboard", out, "--by", "body-system")  # R2MED names, an empty hub cache, no --data-dir
     assert nocache.code == 4 and "run 'r2med datasets download Biology'" in nocache.err
     bare = tmp_path / "bare"
-    for dataset in QUERIES:  # the same datasets, no body_system in their query files
+    for dataset, queries in QUERIES.items():  # the same datasets, no body_system in their query files
         (bare / dataset).mkdir(parents=True)
         for name in ("corpus.jsonl", "qrels.jsonl"):
             (bare / dataset / name).write_bytes((data / dataset / name).read_bytes())
-        _write_jsonl(bare / dataset / "query.jsonl", [{"id": q, "text": "x"} for q in QUERIES[dataset]])
+        _write_jsonl(bare / dataset / "query.jsonl", [{"id": q, "text": "x"} for q in queries])
     none = run("leaderboard", out, "--by", "body-system", "--data-dir", bare)
     assert none.code == 4 and f"Biology: no query in {bare / 'Biology'} has a 'body_system'" in none.err
     (data / "Biology" / "query.jsonl").write_text('{"id": "q1", "text": "x"}\n{"id": "q2"\n', encoding="utf-8")
