@@ -51,9 +51,9 @@ def _write_jsonl(path, rows):
     path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
 
 
-@pytest.fixture()
-def standin(tmp_path):
-    data, out = tmp_path / "data", tmp_path / "results"
+def make_standin(root):
+    """The stand-in's datasets under ``root/data`` and its results under ``root/results``."""
+    data, out = root / "data", root / "results"
     for dataset, queries in QUERIES.items():
         folder = data / dataset
         folder.mkdir(parents=True)
@@ -73,6 +73,11 @@ def standin(tmp_path):
             write_result(out, SystemPath.base(system), dataset, scores, Run({q: {"d1": 1.0, "d2": 0.5} for q in values}),
                          seconds=1.0)
     return data, out
+
+
+@pytest.fixture()
+def standin(tmp_path):
+    return make_standin(tmp_path)
 
 
 def _cells(md, path, paper=False):
@@ -190,4 +195,4 @@ def test_report_shows_both_breakdowns(standin, tmp_path):
     plain = tmp_path / "plain.html"
     assert run("report", out, "-o", plain, "--n-resamples", 100).code == 0  # no --data-dir: no body systems, a note
     text = plain.read_text(encoding="utf-8")
-    assert 'id="by-task"' in text and "by body system: not shown: --by body-system: no query" in text
+    assert 'id="by-task"' in text and "by body system: not shown: no query" in text

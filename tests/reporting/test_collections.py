@@ -143,7 +143,7 @@ def test_report_on_other_collections(out, tmp_path):
     assert "<h3>nfcorpus</h3>" in html and "<h3>scifact</h3>" in html  # drill-down, with the data's texts
     assert "texts and judgements not shown" not in html and "relevant in the top 10" in html
     assert "by task: not shown: no R2MED dataset shown" in html
-    assert "by body system: not shown: --by body-system: no query of the datasets shown carries a body system" in html
+    assert "by body system: not shown: no query of the datasets shown carries a body system" in html
 
 
 def test_official_tree_keeps_its_other_collection_out_unless_asked(tmp_path):

@@ -174,7 +174,7 @@ def by_body_system(rows: Sequence[Row], systems: Sequence[SystemResults], *, met
         values[(row.system, row.source)] = _group_means(per_query, groups, holders, labels)
     legend = (f"Body-system columns: mean per-query {key} over the queries with that body system "
               f"('{BODY_SYSTEM_FIELD}' of {', '.join(groups)}), pooled over those datasets; n = such queries in the "
-              "query files; only for systems with per-query values (<Dataset>.per_query.jsonl) on each dataset "
+              "query files; only for systems with per-query values (the .per_query.jsonl files) on each dataset "
               "holding them (the paper publishes none).")
     if missing:
         legend += " Without body systems: " + "; ".join(missing) + "."

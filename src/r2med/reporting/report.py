@@ -363,7 +363,7 @@ def _breakdowns(rows: Sequence[Row], found: Sequence[SystemResults], options: Re
             breakdown = by_task(rows) if by == "task" else by_body_system(
                 rows, found, metric=options.metric, data_dir=options.data_dir, settings=settings)
         except (MissingResourceError, InvalidInputError) as exc:
-            section["note"] = f"{title.lower()}: not shown: {exc}"
+            section["note"] = f"{title.lower()}: not shown: {str(exc).removeprefix(f'--by {by}: ')}"
             out.append(section)
             continue
         data = board(rows, options.metric, breakdown)
