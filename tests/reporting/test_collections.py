@@ -144,6 +144,11 @@ def test_report_on_other_collections(out, tmp_path):
     assert "texts and judgements not shown" not in html and "relevant in the top 10" in html
     assert "by task: not shown: no R2MED dataset shown" in html
     assert "by body system: not shown: no query of the datasets shown carries a body system" in html
+    one = tmp_path / "one.html"
+    assert run("report", out, "-o", one, "--datasets", "scifact", "--n-resamples", 100, "--max-queries", 1).code == 0
+    html = one.read_text(encoding="utf-8")
+    assert "<th>scifact</th><th>Avg (1 dataset)</th>" in html and "<h3>nfcorpus</h3>" not in html
+    assert "texts and judgements not shown: scifact is not an R2MED dataset, so it is not in the hub cache" in html
 
 
 def test_official_tree_keeps_its_other_collection_out_unless_asked(tmp_path):
