@@ -26,9 +26,11 @@ from decimal import ROUND_HALF_UP, Decimal
 import pytest
 from reporting_helpers import package_results, run, write_official_tree
 
-from r2med.datasets.catalog import dataset_names
+from r2med.datasets.catalog import dataset_names, get_spec
+from r2med.datasets.hub import MANIFEST, cache_dir
 from r2med.reporting.breakdown import by_task, read_query_groups, task_members
 from r2med.reporting.leaderboard import SystemResults, build_rows
+from r2med.settings import get_settings
 from r2med.store.results import SystemPath, write_result
 from r2med.types import Run, Scores
 
@@ -160,6 +162,20 @@ def test_leaderboard_by_body_system(standin):
     assert with_paper.code == 0 and _cells(with_paper.out, "base retriever/bm25", paper=True)[:3] == ["-", "-", "-"]
 
 
+def test_body_systems_from_the_hub_cache(standin):
+    # no --data-dir: R2MED's datasets are read from the hub cache (here Biology alone, put there by hand)
+    data, out = standin
+    folder = cache_dir(get_spec("Biology"), get_settings())
+    folder.mkdir(parents=True)
+    for name in ("corpus.jsonl", "query.jsonl", "qrels.jsonl"):
+        (folder / name).write_bytes((data / "Biology" / name).read_bytes())
+    (folder / MANIFEST).write_text("{}", encoding="utf-8")
+    result = run("leaderboard", out, "--by", "body-system", "--datasets", "Biology")
+    assert result.code == 0, result.err
+    assert _cells(result.out, "base retriever/bm25") == ["20.00", "50.00", "50.00", "1/1"]  # q2 .2; q1 .5
+    assert _cells(result.out, "base retriever/mine") == ["30.00", "10.00", "30.00", "1/1"]
+
+
 def test_by_body_system_errors(standin, tmp_path):
     data, out = standin
     nocache = run("leaderboard", out, "--by", "body-system")  # R2MED names, an empty hub cache, no --data-dir
@@ -172,6 +188,11 @@ def test_by_body_system_errors(standin, tmp_path):
         _write_jsonl(bare / dataset / "query.jsonl", [{"id": q, "text": "x"} for q in queries])
     none = run("leaderboard", out, "--by", "body-system", "--data-dir", bare)
     assert none.code == 4 and f"Biology: no query in {bare / 'Biology'} has a 'body_system'" in none.err
+    # one dataset without body systems: the others still give theirs, and the legend names it
+    _write_jsonl(data / "Bioinformatics" / "query.jsonl", [{"id": q, "text": "x"} for q in QUERIES["Bioinformatics"]])
+    partial = run("leaderboard", out, "--by", "body-system", "--data-dir", data)
+    assert partial.code == 0 and f"Without body systems: Bioinformatics: no query in {data / 'Bioinformatics'}" in partial.out
+    assert "Nervous (n=2)" in partial.out and _cells(partial.out, "base retriever/bm25")[1] == "60.00"  # (.5 + .7) / 2
     (data / "Biology" / "query.jsonl").write_text('{"id": "q1", "text": "x"}\n{"id": "q2"\n', encoding="utf-8")
     broken = run("leaderboard", out, "--by", "body-system", "--data-dir", data)
     assert broken.code == 5 and f"{data / 'Biology' / 'query.jsonl'}:2" in broken.err
