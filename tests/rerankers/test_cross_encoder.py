@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import functools
 import json
-from pathlib import Path
 
 import pytest
 from rerank_helpers import BM25_TOP20, QUERIES, bm25_top20, ranked_ids, run_rerank_command, scifact, trec_order
 
 from conftest import shared_path
+from r2med.retrievers.registry import system_name
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("sentence_transformers")
@@ -63,7 +63,7 @@ def test_reranks_scifact_bm25_top10_offline_and_rerun_hits_the_cache(cross_encod
     options = RerankerOptions(cache_dir=isolated_home, device="cpu", max_length=MAX_LENGTH, progress=False)
     reranker = make_reranker(str(cross_encoder_dir), options)
     out = reranker.rerank(dataset.queries, dataset.corpus, run, top_k=10)
-    assert reranker.name == cross_encoder_dir.name  # a directory's results folder is its name
+    assert reranker.name == system_name(str(cross_encoder_dir), flag="--reranker")  # its name + 8 hex of its path
     for qid in QUERIES:
         bm25 = ranked_ids(run, qid)
         logits = direct_logits(cross_encoder_dir, dataset.queries[qid], [dataset.corpus[d] for d in bm25[:10]])
@@ -100,7 +100,7 @@ def test_score_column_and_description(cross_encoder_dir):
 
 @pytest.mark.slow
 def test_rerank_command_writes_the_official_layout(cross_encoder_dir, tmp_path):
-    folder = cross_encoder_dir.name
+    folder = system_name(str(cross_encoder_dir), flag="--reranker")
     argv = ["rerank", "--run", str(BM25_TOP20), "--system", "bm25",
             "--reranker", str(cross_encoder_dir), "--top-k", "10", "--tasks", "scifact",
             "--data-dir", str(shared_path("data", "scifact")), "--output", str(tmp_path), "--device", "cpu",
@@ -174,7 +174,8 @@ def test_rerank_after_run_reads_the_stage_just_written(cross_encoder_dir, tmp_pa
                         data_dir=shared_path("data", "scifact"), output=tmp_path)
     results = list(run_pipeline(spec, progress=False).values())[-1]
     assert [r.dataset for r in results] == ["scifact"]
-    assert results[0].files.run == tmp_path / "reranker" / cross_encoder_dir.name / "bm25" / "top_5" / "scifact.run"
+    folder = system_name(str(cross_encoder_dir), flag="--reranker")  # minilm-ce0-<8 hex of its path's sha256>
+    assert results[0].files.run == tmp_path / "reranker" / folder / "bm25" / "top_5" / "scifact.run"
     dataset, run = scifact(), bm25_top20()
     for qid in QUERIES:
         bm25 = ranked_ids(run, qid)
@@ -191,8 +192,9 @@ def test_run_with_reranker_through_the_main_cli(cross_encoder_dir, tmp_path, cli
     result = cli("run", "--data-dir", DATA / "tiny", "--output", out, "--reranker", cross_encoder_dir,
                  "--rerank-top-k", "3", "--json")
     assert result.code == 0, result.err
-    folder = out / "reranker" / Path(cross_encoder_dir).name / "bm25" / "top_3"
+    name = system_name(str(cross_encoder_dir), flag="--reranker")
+    folder = out / "reranker" / name / "bm25" / "top_3"
     record = json.loads((folder / "tiny.json").read_text())
-    assert record["model_name"] == Path(cross_encoder_dir).name  # the reranker names the official files
+    assert record["model_name"] == name  # the reranker names the official files
     assert result.json()["tiny"]["ndcg_at_10"] == record["test"]["ndcg_at_10"]
     assert (out / "base retriever" / "bm25" / "tiny.run").is_file() and (folder / "tiny.manifest.json").is_file()
