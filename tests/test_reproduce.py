@@ -85,11 +85,11 @@ def test_nothing_compared_exits_4_never_a_quiet_pass(cli, tmp_path):
     assert result.code == 4, result.err
     assert "| scifact  " in result.out and "match" not in result.out  # the table, and no claim of a match
     errors = [line for line in result.err.splitlines() if line.startswith("r2med: error:")]
-    assert errors == [
+    assert errors == [(
         "r2med: error: no dataset was compared: none of scifact has a reference ndcg_at_10 (the paper's numbers cover "
         "the eight R2MED datasets, by their names); run R2MED datasets (--tasks, or a directory named like one) or "
         'pass --reference FILE with {"<Dataset>": {"ndcg_at_10": ...}}'
-    ]
+    )]
     as_json = cli("reproduce", "base retriever/bm25", "--data-dir", folder, "--output", tmp_path / "out", "--json")
     assert as_json.code == 4 and as_json.json()["ok"] is False and as_json.json()["compared"] == 0
     # a reference naming the dataset makes it a comparison again
