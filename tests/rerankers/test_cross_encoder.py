@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+from pathlib import Path
 
 import pytest
 from rerank_helpers import BM25_TOP20, QUERIES, bm25_top20, ranked_ids, run_rerank_command, scifact, trec_order
