@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+from pathlib import Path
 
 import pytest
 from rerank_helpers import BM25_TOP20, QUERIES, bm25_top20, ranked_ids, run_rerank_command, scifact, trec_order
@@ -154,6 +155,54 @@ def test_rerank_command_errors(tmp_path):
     assert bi_encoder.code == 5, bi_encoder.err
     assert "is not a cross-encoder: its checkpoint is a BertModel, with no trained classification head" in bi_encoder.err
     assert not list((tmp_path / "bi").rglob("scifact.json"))
+
+
+def _headless(folder: Path, architectures: list[str] | None) -> Path:
+    """all-MiniLM-L6-v2's BERT weights (no classification head stored) under a config that claims ``architectures``."""
+    source = Path(minilm.get_model_path())
+    folder.mkdir(parents=True)
+    for name in ("model.safetensors", "vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        (folder / name).symlink_to(source / name)
+    config = json.loads((source / "config.json").read_text())
+    config.pop("architectures")
+    if architectures is not None:
+        config["architectures"] = architectures
+    config["num_labels"] = 1
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+@pytest.mark.parametrize("architectures", [["BertForSequenceClassification"], None], ids=["claims-a-head", "no-architectures"])
+def test_a_checkpoint_without_the_head_weights_is_refused(tmp_path, architectures):
+    # the config says (or lets transformers assume) a sequence classifier, but the checkpoint holds no head:
+    # transformers would initialise it at random and the scores would change on every run
+    model = _headless(tmp_path / "headless", architectures)
+    data = str(shared_path("data", "scifact"))
+    result = run_rerank_command("rerank", "--run", str(BM25_TOP20), "--reranker", str(model), "--tasks", "scifact",
+                                "--data-dir", data, "--output", str(tmp_path / "out"), "--top-k", "2", "--no-cache")
+    assert result.code == 5, result.err
+    assert (f"{model} has no trained classification head: its checkpoint holds no classifier.weight, classifier.bias"
+            in result.err)
+    assert not list((tmp_path / "out").rglob("scifact.json"))
+
+
+def test_checkpoint_keys_reads_every_format_without_loading_weights(tmp_path, cross_encoder_dir):
+    from r2med.rerankers.cross_encoder import checkpoint_keys, model_dir
+
+    saved = checkpoint_keys(cross_encoder_dir)  # save_pretrained wrote model.safetensors
+    assert {"classifier.weight", "classifier.bias"} <= saved and "bert.embeddings.word_embeddings.weight" in saved
+    assert "classifier.weight" not in checkpoint_keys(Path(minilm.get_model_path()))
+    sharded = tmp_path / "sharded"
+    sharded.mkdir()
+    (sharded / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {}, "weight_map": {"score.weight": "model-00002.safetensors", "model.norm.weight": "model-00001.safetensors"}}))
+    assert checkpoint_keys(sharded) == {"score.weight", "model.norm.weight"}
+    old = tmp_path / "bin"
+    old.mkdir()
+    torch.save({"classifier.weight": torch.zeros(1, 2), "bert.pooler.dense.bias": torch.zeros(2)}, old / "pytorch_model.bin")
+    assert checkpoint_keys(old) == {"classifier.weight", "bert.pooler.dense.bias"}
+    assert checkpoint_keys(tmp_path) is None  # no checkpoint: nothing to say
+    assert model_dir(str(old)) == old and model_dir("not a hub id!") is None
 
 
 @pytest.mark.slow

@@ -256,6 +256,7 @@ def _drill_dataset(dataset: str, picks: list[tuple[str, SystemResults]], options
     if options.max_queries is not None:
         qids = qids[: options.max_queries]
     queries = []
+    absent: set[str] = set()  # documents of the runs that the dataset's corpus does not hold: no text to show
     for qid in qids:
         judged = data.qrels.get(qid, {}) if data else {}
         systems = []
@@ -265,6 +266,8 @@ def _drill_dataset(dataset: str, picks: list[tuple[str, SystemResults]], options
                 rel = judged.get(docid) if data else None
                 mark, css = ("?", "unjudged") if rel is None else ((f"\u2713 {rel}", "rel") if rel > 0 else ("\u2717", "nonrel"))
                 text = data.corpus.get(docid, "") if data else ""
+                if data and docid not in data.corpus:
+                    absent.add(docid)
                 if len(text) > options.max_doc_chars:
                     text = text[: options.max_doc_chars] + " \u2026"
                 docs.append({"rank": rank, "docid": docid, "score": f"{score:.4f}", "mark": mark, "css": css, "text": text})
@@ -287,6 +290,11 @@ def _drill_dataset(dataset: str, picks: list[tuple[str, SystemResults]], options
         text = (data.queries.get(qid, "") if data else "") or "(query text not available)"
         queries.append({"qid": qid, "text": text, "systems": systems, "diff": diff,
                         "diff_text": None if diff is None else f"{100 * diff:+.2f}"})
+    if absent:
+        missing = (f"{len(absent)} documents of the runs are not in the corpus of {dataset} ({folder}), so their text is "
+                   f"empty (e.g. {', '.join(sorted(absent)[:3])}); is --data-dir the collection the runs searched?")
+        logger.warning("%s: %s", dataset, missing)
+        notes.append(missing)
     return {"dataset": dataset, "notes": notes, "queries": queries}
 
 
@@ -340,6 +348,7 @@ def build_report(result_dir: Path, options: ReportOptions = ReportOptions(), *, 
             try:
                 drill.append(_drill_dataset(dataset, picks, options, settings, diffs.get(dataset, {})))
             except R2MedError as exc:
+                logger.warning("%s: drill-down not available: %s", dataset, exc)  # said on the page too
                 drill.append({"dataset": dataset, "notes": [f"drill-down not available: {exc}"], "queries": []})
     return render_template(
         "report.html.j2", title=Path(result_dir).name or str(result_dir), source=str(result_dir), version=__version__,
