@@ -176,7 +176,7 @@ class CrossEncoderScorer:
         """The loaded ``CrossEncoder`` (loaded once)."""
         if self._model is None:
             st = require("sentence_transformers", "rerank")
-            kwargs: dict[str, Any] = {"device": self.device, "trust_remote_code": self.trust_remote_code, **hub_kwargs(self.revision)}
+            kwargs: dict[str, Any] = {"device": self.device, "trust_remote_code": self.trust_remote_code, **hub_kwargs(self.revision, self.model_id)}
             if self.max_length is not None:
                 kwargs["max_length"] = self.max_length
             if self.dtype != "float32":
@@ -185,7 +185,7 @@ class CrossEncoderScorer:
             transformers = require("transformers", "rerank")
             try:
                 config = transformers.AutoConfig.from_pretrained(self.model_id, trust_remote_code=self.trust_remote_code,
-                                                                 **hub_kwargs(self.revision))
+                                                                 **hub_kwargs(self.revision, self.model_id))
                 check_classification_head(getattr(config, "architectures", None), self.model_id)
                 model = st.CrossEncoder(self.model_id, **kwargs)
             except OSError as exc:

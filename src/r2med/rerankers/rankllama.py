@@ -84,7 +84,7 @@ class RankLlamaScorer:
         if self.base_model is None:
             peft = require("peft", "rerank")
             try:
-                config = peft.PeftConfig.from_pretrained(self.adapter, **hub_kwargs(self.revision))
+                config = peft.PeftConfig.from_pretrained(self.adapter, **hub_kwargs(self.revision, self.adapter))
             except (OSError, ValueError) as exc:
                 raise load_error(self.adapter, exc) from exc
             if not config.base_model_name_or_path:
@@ -113,11 +113,11 @@ class RankLlamaScorer:
             base = self._base()
             logger.info("loading RankLLaMA %s on %s (%s) on %s, %s", self.adapter, base, self.device, self.dtype, self.max_length)
             try:
-                tokenizer = transformers.AutoTokenizer.from_pretrained(base, **hub_kwargs(self.base_revision))
+                tokenizer = transformers.AutoTokenizer.from_pretrained(base, **hub_kwargs(self.base_revision, base))
                 model = transformers.AutoModelForSequenceClassification.from_pretrained(
-                    base, num_labels=1, **hub_kwargs(self.base_revision), **dtype_kwargs(self.dtype)
+                    base, num_labels=1, **hub_kwargs(self.base_revision, base), **dtype_kwargs(self.dtype)
                 )
-                model = peft.PeftModel.from_pretrained(model, self.adapter, **hub_kwargs(self.revision))
+                model = peft.PeftModel.from_pretrained(model, self.adapter, **hub_kwargs(self.revision, self.adapter))
             except OSError as exc:
                 raise load_error(self.adapter, exc) from exc
             model = model.merge_and_unload()

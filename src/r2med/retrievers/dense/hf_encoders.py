@@ -59,7 +59,7 @@ class TransformersEncoder(BaseEncoder):
 
     def _load(self, model_id: str, revision: str | None) -> _Tower:
         transformers = require("transformers")
-        common: dict[str, Any] = {"trust_remote_code": self.trust_remote_code, **hub_kwargs(revision)}
+        common: dict[str, Any] = {"trust_remote_code": self.trust_remote_code, **hub_kwargs(revision, model_id)}
         logger.info("loading %s (%s) on %s, %s", model_id, self.spec.backend, self.device, self.dtype)
         try:
             tokenizer = transformers.AutoTokenizer.from_pretrained(model_id, **common)
@@ -156,7 +156,7 @@ class NVEmbedEncoder(BaseEncoder):
             transformers = require("transformers")
             kwargs: dict[str, Any] = {
                 "trust_remote_code": self.trust_remote_code,
-                **hub_kwargs(self.spec.revision),
+                **hub_kwargs(self.spec.revision, self.spec.model),
                 **dtype_kwargs(self.dtype),
             }
             if not self.trust_remote_code:

@@ -37,7 +37,7 @@ class SentenceTransformerEncoder(BaseEncoder):
             kwargs: dict[str, Any] = {
                 "device": self.device,
                 "trust_remote_code": self.trust_remote_code,
-                **hub_kwargs(self.spec.revision_for(kind)),
+                **hub_kwargs(self.spec.revision_for(kind), model_id),
             }
             if self.dtype != "float32":
                 kwargs["model_kwargs"] = dtype_kwargs(self.dtype)
