@@ -128,12 +128,34 @@ def is_local(model: str) -> bool:
     return Path(model).expanduser().is_dir()
 
 
-def check_model_exists(model: str) -> None:
-    """Fail early, with exit 4, on a local-looking path that is not there."""
+def check_model_exists(model: str, revision: str | None = None) -> None:
+    """Fail early, with exit 4, on a local-looking path that is not there, and on a hub id that is not in the
+    local Hugging Face cache while the hub cannot be reached (before torch is imported or any work is done)."""
     if is_local(model):
         return
     if model.startswith(("/", "./", "../", "~")) or Path(model).expanduser().exists():
         raise MissingResourceError(f"model directory '{model}' does not exist (or is not a directory)")
+    from r2med.settings import get_settings
+
+    if get_settings().hf_offline or in_hf_cache(model, revision):
+        return  # offline: loading from the cache says what is missing
+    reason = hub_unreachable()
+    if reason is not None:
+        raise load_error(model, OSError(reason))
+
+
+#: A file every loadable model has in the cache (transformers, sentence-transformers, a PEFT adapter).
+_MODEL_MARKERS = ("config.json", "adapter_config.json", "modules.json")
+
+
+def in_hf_cache(model: str, revision: str | None = None) -> bool:
+    """Whether the local Hugging Face cache holds ``model`` (a hub id) at ``revision`` (default: main)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        return any(isinstance(try_to_load_from_cache(model, name, revision=revision), str) for name in _MODEL_MARKERS)
+    except ValueError:  # not a valid hub id (HFValidationError): loading says so
+        return True
 
 
 def load_error(model: str, exc: BaseException) -> MissingResourceError:
@@ -143,10 +165,10 @@ def load_error(model: str, exc: BaseException) -> MissingResourceError:
     if not get_settings().hf_offline and not is_local(model):
         reason = _cached_probe()
         if reason is not None:
-            return HubUnreachableError(
-                f"cannot reach the Hugging Face hub ({reason}) to download model '{model}', and it is not in the "
-                f"local Hugging Face cache: connect a network, or download it where there is one "
-                f"('hf download {model}') and copy the cache over, or pass the path of a local copy"
+            return unreachable_error(
+                reason, f"download model '{model}' (not in the local Hugging Face cache)",
+                f"download it where there is one ('hf download {model}') and copy the cache over, or pass the "
+                "path of a local copy",
             )
     return MissingResourceError(
         f"cannot load model '{model}': {exc}\n"
@@ -249,16 +271,12 @@ def hub_unreachable() -> str | None:
 
 
 def unreachable_error(reason: str, what: str, offline: str) -> HubUnreachableError:
-    """The one-line exit-4 error: why the hub cannot be reached, for ``what``, and the two ways on.
+    """The one-line exit-4 error: why the hub cannot be reached, for ``what``, and the way on without it.
 
-    >>> str(unreachable_error("https://huggingface.co: gaierror: no name", "download Biology", "use --data-dir"))
-    'cannot reach the Hugging Face hub (https://huggingface.co: gaierror: no name) to download Biology: connect a network, or set HF_HUB_OFFLINE=1 and use --data-dir'
+    >>> str(unreachable_error("https://huggingface.co: gaierror: no name", "download Biology", "use --data-dir DIR"))
+    'cannot reach the Hugging Face hub (https://huggingface.co: gaierror: no name) to download Biology: connect a network, or use --data-dir DIR'
     """
-    from r2med.settings import ENV_HF_OFFLINE
-
-    return HubUnreachableError(
-        f"cannot reach the Hugging Face hub ({reason}) to {what}: connect a network, or set {ENV_HF_OFFLINE}=1 and {offline}"
-    )
+    return HubUnreachableError(f"cannot reach the Hugging Face hub ({reason}) to {what}: connect a network, or {offline}")
 
 
 def require_hub(what: str, offline: str) -> None:

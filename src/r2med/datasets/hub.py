@@ -23,7 +23,8 @@ logger = logging.getLogger(__name__)
 MANIFEST = "r2med-files.json"
 
 #: How to go on without the hub, in the one-line error of an unreachable hub.
-OFFLINE_WAY = "use the datasets already downloaded ('r2med datasets list' shows them) or --data-dir DIR"
+OFFLINE_WAY = (f"set {ENV_HF_OFFLINE}=1 and use the datasets already downloaded ('r2med datasets list' shows them) "
+               "or --data-dir DIR")
 
 
 def cache_dir(spec: DatasetSpec, settings: Settings) -> Path:

@@ -144,7 +144,7 @@ def hub_expansions(dataset: str, settings: Settings | None = None) -> list[tuple
 
     settings = settings or get_settings()
     found = []
-    offline_way = "list only the expansion files on this machine ('r2med datasets expansions --local')"
+    offline_way = "pass --local to list only the expansion files on this machine"
     for name in list_files(catalog().get(dataset), settings, offline_way=offline_way):
         parts = name.split("/")
         if len(parts) == 3 and parts[2] == EXPANSION_FILE:
@@ -175,7 +175,7 @@ def find_expansions(dataset: Dataset, method: str, llm: str, *, settings: Settin
 
         spec = catalog().get(dataset.name)
         filename = f"{method}/{llm}/{EXPANSION_FILE}"
-        offline_way = (f"generate them ('r2med expand --method {method} --llm-name {llm} ...') or put the file at "
+        offline_way = (f"generate them ('r2med expand --method {method} --llm-name {llm} ...'), or put the file at "
                        f"{places[-1]}")
         try:
             return fetch_file(spec, filename, cache_dir(spec, settings), settings, offline_way=offline_way)

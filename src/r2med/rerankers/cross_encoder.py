@@ -147,11 +147,11 @@ class CrossEncoderScorer:
         score_column: int | None = None,
         trust_remote_code: bool = False,
     ) -> None:
-        require("torch", "rerank")
-        require("sentence_transformers", "rerank")
         if max_length is not None and max_length < 1:
             raise UsageError(f"max length must be positive, got {max_length}")
-        check_model_exists(model)
+        check_model_exists(model, revision)  # before torch is imported: an unreachable hub fails at once
+        require("torch", "rerank")
+        require("sentence_transformers", "rerank")
         self.model_id = model
         self.max_length = max_length
         self.revision = revision

@@ -62,14 +62,14 @@ class RankLlamaScorer:
         revision: str | None = None,
         base_revision: str | None = None,
     ) -> None:
+        if max_length < 8:
+            raise UsageError(f"max length must be at least 8 tokens, got {max_length}")
+        check_model_exists(adapter, revision)  # before torch is imported: an unreachable hub fails at once
+        if base_model is not None:
+            check_model_exists(base_model, base_revision)
         require("torch", "rerank")
         require("transformers", "rerank")
         require("peft", "rerank", "RankLLaMA (a LoRA adapter)")
-        if max_length < 8:
-            raise UsageError(f"max length must be at least 8 tokens, got {max_length}")
-        check_model_exists(adapter)
-        if base_model is not None:
-            check_model_exists(base_model)
         self.adapter = adapter
         self.base_model = base_model
         self.max_length = max_length
@@ -111,6 +111,7 @@ class RankLlamaScorer:
             transformers = require("transformers", "rerank")
             peft = require("peft", "rerank")
             base = self._base()
+            check_model_exists(base, self.base_revision)  # the base named by the adapter: cached, or the hub there
             logger.info("loading RankLLaMA %s on %s (%s) on %s, %s", self.adapter, base, self.device, self.dtype, self.max_length)
             try:
                 tokenizer = transformers.AutoTokenizer.from_pretrained(base, **hub_kwargs(self.base_revision, base))

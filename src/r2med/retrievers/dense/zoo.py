@@ -218,7 +218,7 @@ def _is_sentence_transformers_repo(repo: str, revision: str | None) -> bool:
             f"model '{repo}' is neither in the zoo nor in the local Hugging Face cache, and HF_HUB_OFFLINE is set; "
             f"download it first ('hf download {repo}') or pass a local directory"
         )
-    offline_way = f"download the model where there is a network ('hf download {repo}') or pass a local directory"
+    offline_way = f"download it where there is one ('hf download {repo}') and copy the cache over, or pass a local directory"
     require_hub(f"look up model '{repo}' (neither in the zoo nor in the local Hugging Face cache)", offline_way)
     try:
         return file_exists(repo, "modules.json", revision=revision)
