@@ -29,7 +29,7 @@ def isolated_home(tmp_path_factory, monkeypatch) -> Path:
 
     A test that unsets HF_HUB_OFFLINE fakes the hub's functions; r2med's probe of the hub (one TCP connection
     before the first request, ``r2med.hf.connect_once``) then finds it there, without a connection: tests never
-    use the network. ``tests/test_offline.py`` puts the real probe back, behind a blocked socket layer."""
+    use the network. ``tests/cli/test_offline.py`` puts the real probe back, behind a blocked socket layer."""
     import r2med.hf
 
     home = tmp_path_factory.mktemp("r2med_home")
