@@ -10,7 +10,7 @@ import pytest
 
 import r2med.hf
 from r2med.errors import HubUnreachableError, MissingResourceError
-from r2med.hf import connect_once, hub_kwargs, hub_unreachable, is_network_error, load_error, probe_target
+from r2med.hf import hub_kwargs, hub_unreachable, is_network_error, load_error, probe_target
 
 #: The real probe, kept before conftest's autouse fixture replaces it for every test.
 REAL_CONNECT_ONCE = r2med.hf.connect_once
@@ -103,10 +103,12 @@ def test_models_load_from_the_local_cache_when_the_hub_is_unreachable(probes, tm
     assert hub_kwargs(None, str(tmp_path)) == {} and len(probes) == 1  # a local directory: no probe
     error = load_error("org/model", OSError("not in the cache"))
     assert isinstance(error, HubUnreachableError)
-    assert str(error) == ("cannot reach the Hugging Face hub (https://huggingface.co: ConnectionRefusedError: [Errno "
-                          "111] Connection refused) to download model 'org/model' (not in the local Hugging Face "
-                          "cache): connect a network, or download it where there is one ('hf download org/model') and "
-                          "copy the cache over, or pass the path of a local copy")
+    assert str(error) == (
+        "cannot reach the Hugging Face hub (https://huggingface.co: ConnectionRefusedError: [Errno "
+        "111] Connection refused) to download model 'org/model' (not in the local Hugging Face "
+        "cache): connect a network, or download it where there is one ('hf download org/model') and "
+        "copy the cache over, or pass the path of a local copy"
+    )
 
 
 def test_a_reachable_hub_changes_nothing(probes):
@@ -137,8 +139,7 @@ def test_a_connection_error_after_the_probe_is_the_one_line_error(probes, monkey
     """The probe found the hub, then huggingface_hub's client failed to connect (an httpx error is no OSError)."""
     import huggingface_hub
 
-    from r2med.datasets import get_spec
-    from r2med.datasets import hub
+    from r2med.datasets import get_spec, hub
     from r2med.settings import get_settings
 
     class ConnectError(Exception):
@@ -157,6 +158,7 @@ def test_a_connection_error_after_the_probe_is_the_one_line_error(probes, monkey
         else:
             hub.list_files(spec, get_settings())
     message = str(info.value)
-    assert message.startswith("cannot reach the Hugging Face hub (ConnectError: [Errno 101] Network is unreachable) "
-                              "to ")
+    assert message.startswith(
+        "cannot reach the Hugging Face hub (ConnectError: [Errno 101] Network is unreachable) to "
+    )
     assert "\n" not in message and info.value.__cause__ is None

@@ -21,6 +21,7 @@ def scifact(tmp_path):
 @pytest.fixture
 def no_loading(monkeypatch):
     """Fail the test if a dataset is loaded or an LLM request is made."""
+
     def forbidden(*args, **kwargs):
         raise AssertionError("nothing may be loaded or requested before the prompts are checked")
 
@@ -42,5 +43,6 @@ def test_a_collection_outside_r2med_is_told_to_pass_prompt_dataset(cli, scifact,
 def test_a_misspelt_prompt_dataset_names_the_option_and_a_suggestion(cli, scifact, no_loading):
     result = cli(*BASE, "--data-dir", scifact, "--prompt-dataset", "biolgy")
     assert result.code == 2
-    assert result.err.startswith("r2med: error: --prompt-dataset biolgy: unknown dataset 'biolgy'; did you mean "
-                                 "'Biology'?")
+    assert result.err.startswith(
+        "r2med: error: --prompt-dataset biolgy: unknown dataset 'biolgy'; did you mean 'Biology'?"
+    )

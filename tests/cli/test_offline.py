@@ -70,8 +70,9 @@ def assert_one_line_exit_4(result, attempts, what):
     assert result.code == 4, result.err
     errors = [line for line in result.err.splitlines() if line.startswith("r2med: error:")]
     assert len(errors) == 1, result.err
-    assert ("cannot reach the Hugging Face hub (https://huggingface.co: OSError: [Errno 101] Network is "
-            "unreachable)") in errors[0]
+    assert (
+        "cannot reach the Hugging Face hub (https://huggingface.co: OSError: [Errno 101] Network is unreachable)"
+    ) in errors[0]
     assert f" to {what}" in errors[0] and ": connect a network, or " in errors[0]
     assert "Traceback" not in result.err and "Retrying" not in result.err
     assert attempts == [("huggingface.co", 443)]  # the probe, once: no request, no retry
@@ -84,12 +85,43 @@ HUB_DATASET_COMMANDS = {
     "datasets stats": (["datasets", "stats", "Biology"], "download Biology"),
     "datasets validate": (["datasets", "validate", "Biology"], "download Biology"),
     "run": (["run", "--tasks", "all", "--output", "{out}"], "download Biology"),
-    "reproduce": (["reproduce", "base retriever/bm25", "--tasks", "PMC-Treat", "--output", "{out}"],
-                  "download PMC-Treatment"),
-    "expand": (["expand", "-q", "--method", "hyde", "--llm-model", "m", "--base-url", "http://127.0.0.1:9/v1",
-                "--tasks", "Biology"], "download Biology"),
-    "agent": (["agent", "--style", "search-r1", "--llm-model", "m", "--chat-template", "raw",
-               "--base-url", "http://127.0.0.1:9/v1", "--tasks", "Biology", "--output", "{out}"], "download Biology"),
+    "reproduce": (
+        ["reproduce", "base retriever/bm25", "--tasks", "PMC-Treat", "--output", "{out}"],
+        "download PMC-Treatment",
+    ),
+    "expand": (
+        [
+            "expand",
+            "-q",
+            "--method",
+            "hyde",
+            "--llm-model",
+            "m",
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+            "--tasks",
+            "Biology",
+        ],
+        "download Biology",
+    ),
+    "agent": (
+        [
+            "agent",
+            "--style",
+            "search-r1",
+            "--llm-model",
+            "m",
+            "--chat-template",
+            "raw",
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+            "--tasks",
+            "Biology",
+            "--output",
+            "{out}",
+        ],
+        "download Biology",
+    ),
     "serve": (["serve", "--task", "Biology"], "download Biology"),
 }
 
@@ -105,8 +137,10 @@ def test_hub_datasets_unreachable_one_line_exit_4(cli, no_network, tmp_path, iso
 
 def test_datasets_messages_say_how_to_go_on_offline(cli, no_network):
     download = cli("datasets", "download", "Biology")
-    assert "or set HF_HUB_OFFLINE=1 and use the datasets already downloaded ('r2med datasets list' shows them) " \
-           "or --data-dir DIR" in download.err
+    assert (
+        "or set HF_HUB_OFFLINE=1 and use the datasets already downloaded ('r2med datasets list' shows them) "
+        "or --data-dir DIR" in download.err
+    )
     listing = cli("datasets", "expansions", "Biology")
     assert "or pass --local to list only the expansion files on this machine" in listing.err
     no_network.clear()
@@ -119,8 +153,10 @@ def test_published_expansion_not_on_this_machine(cli, no_network, biology, tmp_p
     assert_one_line_exit_4(result, no_network, "download R2MED/Biology/hyde/o3-mini/query_with_hydoc.jsonl")
     line = result.err.splitlines()[-1]
     assert line.startswith("r2med: error: no hyde/o3-mini expansions for Biology on this machine, and cannot reach")
-    assert line.endswith("connect a network, or generate them ('r2med expand --method hyde --llm-name o3-mini ...'), "
-                         f"or put the file at {isolated_home / 'expansions/Biology/hyde/o3-mini/query_with_hydoc.jsonl'}")
+    assert line.endswith(
+        "connect a network, or generate them ('r2med expand --method hyde --llm-name o3-mini ...'), "
+        f"or put the file at {isolated_home / 'expansions/Biology/hyde/o3-mini/query_with_hydoc.jsonl'}"
+    )
 
 
 def test_a_local_run_needs_no_connection(cli, no_network, biology, tmp_path):
@@ -130,15 +166,23 @@ def test_a_local_run_needs_no_connection(cli, no_network, biology, tmp_path):
 
 
 MODEL_COMMANDS = {
-    "hub id outside the zoo": (["run", "--retriever", "someone/no-such-model"],
-                               "look up model 'someone/no-such-model'"),
+    "hub id outside the zoo": (
+        ["run", "--retriever", "someone/no-such-model"],
+        "look up model 'someone/no-such-model'",
+    ),
     "zoo dense model": (["run", "--retriever", "contriever"], "download model 'facebook/contriever-msmarco'"),
-    "run --reranker": (["run", "--reranker", "cross-encoder/ms-marco-MiniLM-L-6-v2"],
-                       "download model 'cross-encoder/ms-marco-MiniLM-L-6-v2'"),
-    "rerank cross-encoder": (["rerank", "--run", "bm25", "--reranker", "cross-encoder/ms-marco-MiniLM-L-6-v2"],
-                             "download model 'cross-encoder/ms-marco-MiniLM-L-6-v2'"),
-    "rerank rankllama": (["rerank", "--run", "bm25", "--reranker", "rankllama"],
-                         "download model 'castorini/rankllama-v1-7b-lora-passage'"),
+    "run --reranker": (
+        ["run", "--reranker", "cross-encoder/ms-marco-MiniLM-L-6-v2"],
+        "download model 'cross-encoder/ms-marco-MiniLM-L-6-v2'",
+    ),
+    "rerank cross-encoder": (
+        ["rerank", "--run", "bm25", "--reranker", "cross-encoder/ms-marco-MiniLM-L-6-v2"],
+        "download model 'cross-encoder/ms-marco-MiniLM-L-6-v2'",
+    ),
+    "rerank rankllama": (
+        ["rerank", "--run", "bm25", "--reranker", "rankllama"],
+        "download model 'castorini/rankllama-v1-7b-lora-passage'",
+    ),
 }
 
 
@@ -162,17 +206,31 @@ def _closed_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.mark.parametrize("args", [["datasets", "download", "Biology"], ["datasets", "expansions", "Biology"],
-                                  ["run", "--retriever", "someone/no-such-model", "--data-dir", "{data}"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["datasets", "download", "Biology"],
+        ["datasets", "expansions", "Biology"],
+        ["run", "--retriever", "someone/no-such-model", "--data-dir", "{data}"],
+    ],
+)
 def test_a_fresh_process_against_a_closed_endpoint(tmp_path, biology, args):
     """Nothing patched: huggingface_hub reads HF_ENDPOINT at import, r2med probes that port, once."""
     port = _closed_port()
     env = {k: v for k, v in os.environ.items() if k not in PROXY_VARIABLES and k != "HF_HUB_OFFLINE"}
-    env.update(HF_ENDPOINT=f"http://127.0.0.1:{port}", R2MED_HOME=str(tmp_path / "home"),
-               PYTHONPATH=str(REPO / "src"))
-    done = subprocess.run([sys.executable, "-m", "r2med.cli", *[a.format(data=biology.parent) for a in args]],
-                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    env.update(HF_ENDPOINT=f"http://127.0.0.1:{port}", R2MED_HOME=str(tmp_path / "home"), PYTHONPATH=str(REPO / "src"))
+    done = subprocess.run(
+        [sys.executable, "-m", "r2med.cli", *[a.format(data=biology.parent) for a in args]],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert done.returncode == 4, done.stderr
     assert done.stderr.count("\n") == 1, done.stderr
-    assert done.stderr.startswith(f"r2med: error: cannot reach the Hugging Face hub (http://127.0.0.1:{port}: "
-                                  "ConnectionRefusedError: [Errno 111] Connection refused) to ")
+    assert done.stderr.startswith(
+        f"r2med: error: cannot reach the Hugging Face hub (http://127.0.0.1:{port}: "
+        "ConnectionRefusedError: [Errno 111] Connection refused) to "
+    )
