@@ -234,3 +234,30 @@ def test_a_fresh_process_against_a_closed_endpoint(tmp_path, biology, args):
         f"r2med: error: cannot reach the Hugging Face hub (http://127.0.0.1:{port}: "
         "ConnectionRefusedError: [Errno 111] Connection refused) to "
     )
+
+
+def test_docs_offline_page_shows_real_output(cli, no_network, monkeypatch, tmp_path, isolated_home):
+    """docs/offline.md's session, run as written (the name lookup failing as it did there), prints what it shows."""
+    import re
+    import shlex
+
+    pytest.importorskip("torch")  # the dense and rerank commands in it
+    from conftest import REPO
+
+    def lookup_fails(address, *args, **kwargs):
+        no_network.append(tuple(address[:2]))
+        raise socket.gaierror(-2, "Name or service not known")
+
+    monkeypatch.setattr(socket, "create_connection", lookup_fails)
+    monkeypatch.chdir(tmp_path)
+    assert cli("datasets", "sample", "r2med-sample", "-q").code == 0
+    shutil.copytree(tmp_path / "r2med-sample" / "scifact-sample", tmp_path / "data" / "Biology")
+    page = (REPO / "docs" / "offline.md").read_text(encoding="utf-8")
+    [block] = re.findall(r"```text\n(.*?)```", page, flags=re.DOTALL)
+    sessions = re.findall(r"^\$ r2med (.*?)\n(.*?)\$ echo \$\?.*?\n(\d+)\n", block, flags=re.DOTALL | re.MULTILINE)
+    assert len(sessions) == 6
+    for command, shown, code in sessions:
+        result = cli(*shlex.split(command, comments=True))
+        assert result.code == int(code), (command, result.err)
+        printed = result.err if result.code else result.out
+        assert printed == shown.replace("/tmp/offdoc/home", str(isolated_home)), command
