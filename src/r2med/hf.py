@@ -124,6 +124,18 @@ def hub_kwargs(revision: str | None, model: str | None = None) -> dict[str, Any]
     return kwargs
 
 
+def adapter_kwargs(hub: dict[str, Any]) -> dict[str, Any]:
+    """What a *model* ``from_pretrained`` (``AutoModel*``, and sentence-transformers' ``model_kwargs``) needs
+    beside ``hub`` (``hub_kwargs``' answer): with ``local_files_only``, the same for transformers' look-up of a
+    PEFT adapter, which does not pass it on (transformers 5.x) and would ask the hub for ``adapter_config.json``
+    through huggingface_hub's retries.
+
+    >>> adapter_kwargs({"local_files_only": True}), adapter_kwargs({"revision": "abc"})
+    ({'adapter_kwargs': {'local_files_only': True}}, {})
+    """
+    return {"adapter_kwargs": {"local_files_only": True}} if hub.get("local_files_only") else {}
+
+
 def is_local(model: str) -> bool:
     return Path(model).expanduser().is_dir()
 

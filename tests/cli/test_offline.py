@@ -261,3 +261,34 @@ def test_docs_offline_page_shows_real_output(cli, no_network, monkeypatch, tmp_p
         assert result.code == int(code), (command, result.err)
         printed = result.err if result.code else result.out
         assert printed == shown.replace("/tmp/offdoc/home", str(isolated_home)), command
+
+
+def test_a_model_in_the_hf_cache_still_runs_without_network(tmp_path, biology):
+    """A hub id already in the Hugging Face cache loads from it, without a request (and so without retries), when
+    the hub cannot be reached: a fresh process, HF_HUB_OFFLINE unset, HF_ENDPOINT a closed port."""
+    pytest.importorskip("transformers")
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "hf" / "models--org--tiny-bert"
+    shutil.copytree(DATA / "dense" / "tiny-bert", repo / "snapshots" / commit)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    env = {k: v for k, v in os.environ.items() if k not in PROXY_VARIABLES and k != "HF_HUB_OFFLINE"}
+    env.update(
+        HF_ENDPOINT=f"http://127.0.0.1:{_closed_port()}",
+        HF_HUB_CACHE=str(tmp_path / "hf"),
+        R2MED_HOME=str(tmp_path / "home"),
+        PYTHONPATH=str(REPO / "src"),
+    )
+    command = ["run", "--retriever", "org/tiny-bert", "--data-dir", biology.parent, "--output", tmp_path / "out", "-q"]
+    done = subprocess.run(
+        [sys.executable, "-m", "r2med.cli", *map(str, command)],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "| Biology |" in done.stdout
+    assert "Retrying" not in done.stderr and "127.0.0.1" not in done.stderr

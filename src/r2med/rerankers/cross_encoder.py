@@ -18,6 +18,7 @@ from typing import Any
 
 from r2med.errors import InvalidInputError, UsageError
 from r2med.hf import (
+    adapter_kwargs,
     check_model_exists,
     dtype_kwargs,
     effective_dtype,
@@ -176,16 +177,18 @@ class CrossEncoderScorer:
         """The loaded ``CrossEncoder`` (loaded once)."""
         if self._model is None:
             st = require("sentence_transformers", "rerank")
-            kwargs: dict[str, Any] = {"device": self.device, "trust_remote_code": self.trust_remote_code, **hub_kwargs(self.revision, self.model_id)}
+            hub = hub_kwargs(self.revision, self.model_id)
+            kwargs: dict[str, Any] = {"device": self.device, "trust_remote_code": self.trust_remote_code, **hub}
             if self.max_length is not None:
                 kwargs["max_length"] = self.max_length
-            if self.dtype != "float32":
-                kwargs["model_kwargs"] = dtype_kwargs(self.dtype)
+            model_kwargs = {**adapter_kwargs(hub), **(dtype_kwargs(self.dtype) if self.dtype != "float32" else {})}
+            if model_kwargs:
+                kwargs["model_kwargs"] = model_kwargs
             logger.info("loading cross-encoder %s on %s (%s, max length %s)", self.model_id, self.device, self.dtype, self.max_length)
             transformers = require("transformers", "rerank")
             try:
                 config = transformers.AutoConfig.from_pretrained(self.model_id, trust_remote_code=self.trust_remote_code,
-                                                                 **hub_kwargs(self.revision, self.model_id))
+                                                                 **hub)
                 check_classification_head(getattr(config, "architectures", None), self.model_id)
                 model = st.CrossEncoder(self.model_id, **kwargs)
             except OSError as exc:

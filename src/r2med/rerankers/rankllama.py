@@ -19,6 +19,7 @@ from typing import Any
 
 from r2med.errors import UsageError
 from r2med.hf import (
+    adapter_kwargs,
     check_model_exists,
     dtype_kwargs,
     effective_dtype,
@@ -114,9 +115,10 @@ class RankLlamaScorer:
             check_model_exists(base, self.base_revision)  # the base named by the adapter: cached, or the hub there
             logger.info("loading RankLLaMA %s on %s (%s) on %s, %s", self.adapter, base, self.device, self.dtype, self.max_length)
             try:
-                tokenizer = transformers.AutoTokenizer.from_pretrained(base, **hub_kwargs(self.base_revision, base))
+                base_hub = hub_kwargs(self.base_revision, base)
+                tokenizer = transformers.AutoTokenizer.from_pretrained(base, **base_hub)
                 model = transformers.AutoModelForSequenceClassification.from_pretrained(
-                    base, num_labels=1, **hub_kwargs(self.base_revision, base), **dtype_kwargs(self.dtype)
+                    base, num_labels=1, **base_hub, **adapter_kwargs(base_hub), **dtype_kwargs(self.dtype)
                 )
                 model = peft.PeftModel.from_pretrained(model, self.adapter, **hub_kwargs(self.revision, self.adapter))
             except OSError as exc:
