@@ -223,8 +223,9 @@ class _ChunkReporter:
 
     def __call__(self, n: int) -> None:
         n = max(0, min(int(n), self.size - self.done))
-        self.done += n
-        self.bar.update(n)
+        if n:
+            self.done += n
+            self.bar.update(n)
 
     def finish(self) -> None:
         self(self.size - self.done)
