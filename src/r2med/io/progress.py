@@ -18,7 +18,9 @@ done (``reporter(n)``: ``n`` more items finished), not once per cache chunk.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 #: ``reporter(n)``: ``n`` more items are done
@@ -63,3 +65,35 @@ def progress_bar(total: int | None, *, desc: str, unit: str, enabled: bool = Tru
     if not enabled:
         return SilentBar(total)
     return _make_tqdm(total=total, desc=desc, unit=unit, leave=leave, dynamic_ncols=True)
+
+
+@contextmanager
+def library_bars_off() -> Iterator[None]:
+    """Within the block, the bars that huggingface_hub (downloads) and transformers ("Loading weights") draw on
+    their own are off; afterwards each is as it was. The CLI wraps a command in this for ``-q`` and ``--json``.
+
+    Both keep their switch in their module; transformers copies the hub's when it is imported, so a transformers
+    first imported inside the block starts with its bars off too, and is switched back on after it.
+    """
+    from huggingface_hub import utils as hub
+
+    hub_was_on = not hub.are_progress_bars_disabled()
+    transformers_was_on = _transformers_bars_on()
+    hub.disable_progress_bars()
+    if transformers_was_on:
+        sys.modules["transformers.utils.logging"].disable_progress_bar()
+    try:
+        yield
+    finally:
+        if transformers_was_on or (transformers_was_on is None and hub_was_on and _transformers_bars_on() is False):
+            sys.modules["transformers.utils.logging"].enable_progress_bar()  # switches the hub's on too
+        if hub_was_on:
+            hub.enable_progress_bars()
+        else:
+            hub.disable_progress_bars()
+
+
+def _transformers_bars_on() -> bool | None:
+    """Whether transformers draws its bars (None: transformers is not imported)."""
+    logging = sys.modules.get("transformers.utils.logging")
+    return None if logging is None else bool(logging.is_progress_bar_enabled())
