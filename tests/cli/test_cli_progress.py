@@ -21,7 +21,7 @@ def bar_lines(err: str) -> list[str]:
     return [s for s in re.split(r"[\r\n]", err) if re.search(r"\d+/\d+ \[\d\d:\d\d<(\d\d:\d\d|\?), [^\]]*/s", s)]
 
 
-def check(result, flag: str, *, shows: tuple[str, ...]) -> None:
+def check(result, flag: str, *, shows: tuple[str, ...], quiet_err: str = "") -> None:
     assert result.code == 0, result.err
     lines = bar_lines(result.err)
     if flag == "bars":
@@ -30,7 +30,7 @@ def check(result, flag: str, *, shows: tuple[str, ...]) -> None:
     else:
         assert lines == [] and "\r" not in result.err, result.err
     if flag == "quiet":
-        assert result.err == ""
+        assert result.err == quiet_err
 
 
 @pytest.mark.parametrize("flag", FLAGS)
@@ -91,7 +91,9 @@ def test_agent(cli, tmp_path, flag):
         result = cli("agent", "--style", "search-r1", "--llm-model", "test-model", "--base-url", server.base_url,
                      "--chat-template", "chatml", "--data-dir", TINY, "--output", tmp_path, "--concurrency", "1",
                      *FLAGS[flag])
-    check(result, flag, shows=("tiny: search-r1 test-model",))
+    # the agent's counts are its result, printed with -q too (README); no bar
+    counts = "tiny: 5 searches, 8 LLM calls (0 from the cache); stop reasons: answer 2, repeated-search 1\n"
+    check(result, flag, shows=("tiny: search-r1 test-model",), quiet_err=counts)
 
 
 def test_bar_lines_reads_tqdm_output():

@@ -48,7 +48,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
         return 0
     print(result_table(f"{where} (the agent's own ranking) -> {SystemPath.parse(where).directory(spec.output)}",
                        table, {"nDCG@10": "ndcg_at_10", "R@100": "recall_at_100"}))
-    for result in results if not args.quiet else ():  # -q: only errors on stderr
+    for result in results:
         agent = result.details.get("agent")
         if agent:
             reasons = ", ".join(f"{k} {v}" for k, v in agent["stop_reasons"].items())
