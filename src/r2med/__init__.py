@@ -15,4 +15,16 @@ from r2med.errors import R2MedError
 from r2med.evaluation import evaluate
 from r2med.types import Qrels, Run, Scores
 
-__all__ = ["Dataset", "Qrels", "R2MedError", "Run", "Scores", "__version__", "evaluate", "load_dataset", "load_datasets"]
+__all__ = ["Dataset", "Encoder", "Qrels", "R2MedError", "Run", "Scores", "__version__", "evaluate", "load_dataset",
+           "load_datasets", "run", "run_pipeline"]
+
+#: loaded on first use (``r2med.run`` pulls in the pipeline; importing ``r2med`` stays light)
+_LAZY = {"Encoder": "r2med.retrievers.dense.python_encoder", "run": "r2med.pipeline", "run_pipeline": "r2med.pipeline"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'r2med' has no attribute {name!r}")

@@ -65,7 +65,7 @@ from r2med.io.names import check_name
 from r2med.rerankers.registry import RerankerOptions
 from r2med.retrievers.registry import RetrieverSpec
 
-_RETRIEVER_KEYS = {f.name for f in fields(RetrieverSpec)}
+_RETRIEVER_KEYS = {f.name for f in fields(RetrieverSpec) if f.name != "encoder"}  # encoder: Python only
 _FUSION_KEYS = {"method", "k", "weights", "norm", "alpha"}
 
 
@@ -149,9 +149,9 @@ class PipelineSpec:
         return {
             "name": self.name, "datasets": list(self.datasets or []), "data_dir": str(self.data_dir or ""),
             "top_k": self.top_k, "expansion": self.expansion, "answer_policy": self.answer_policy,
-            "retrievers": [vars(r) for r in self.retrievers],
+            "retrievers": [r.settings() for r in self.retrievers],
             "fusion": {"method": self.fusion.method, **self.fusion.options} if self.fusion else None,
-            "agent": ({**self.agent.config.key(), "search_with": vars(self.agent.search_with),
+            "agent": ({**self.agent.config.key(), "search_with": self.agent.search_with.settings(),
                        "knowledge_dir": str(self.agent.knowledge_dir or "")} if self.agent else None),
         }
 

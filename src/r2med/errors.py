@@ -41,6 +41,11 @@ class MissingResourceError(R2MedError):
     exit_code = 4
 
 
+class HubUnreachableError(MissingResourceError):
+    """The Hugging Face hub cannot be reached (no network, DNS, firewall, a closed proxy) while ``HF_HUB_OFFLINE`` is
+    unset (exit 4). Raised on the first failed attempt, before any retry loop; the message says what to do."""
+
+
 class InvalidInputError(R2MedError):
     """Input that cannot be used as it is (exit 5).
 

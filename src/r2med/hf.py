@@ -5,6 +5,12 @@ dtype (``effective_dtype``, ``dtype_kwargs``), the hub keywords of ``from_pretra
 (``hub_kwargs``: revision, offline mode), checking a local model path (``check_model_exists``),
 turning a load failure into an exit-4 error (``load_error``) and pinning a model's weights
 (``model_fingerprint``). torch, transformers and huggingface_hub are imported only inside functions.
+
+Reaching the hub: before r2med's first request to the hub, ``require_hub`` opens one TCP connection to the
+hub's host (or to the proxy that would carry the request), bounded by ``PROBE_TIMEOUT`` seconds, DNS included.
+When that fails, the command stops at once with ``HubUnreachableError`` (exit 4) and one line saying what to do,
+instead of entering huggingface_hub's retry loop (five retries with backoff per request, ~25 s each, ending in
+a traceback of the HTTP client). The answer is kept for ``PROBE_TTL`` seconds, so eight datasets cost one probe.
 """
 
 from __future__ import annotations
@@ -12,10 +18,14 @@ from __future__ import annotations
 import hashlib
 import importlib
 import logging
+import socket
+import threading
+import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
-from r2med.errors import MissingExtraError, MissingResourceError, UsageError
+from r2med.errors import HubUnreachableError, MissingExtraError, MissingResourceError, UsageError
 
 logger = logging.getLogger(__name__)
 
@@ -94,35 +104,225 @@ def dtype_kwargs(name: str) -> dict[str, Any]:
     return {key: torch_dtype(name)}
 
 
-def hub_kwargs(revision: str | None) -> dict[str, Any]:
-    """``from_pretrained`` keywords for the hub: the revision, and offline mode read now from the settings."""
+def hub_kwargs(revision: str | None, model: str | None = None) -> dict[str, Any]:
+    """``from_pretrained`` keywords for the hub: the revision, and ``local_files_only`` when offline.
+
+    Offline means ``HF_HUB_OFFLINE`` (read now from the settings) or, for ``model`` a hub id (not a local
+    directory), a hub that cannot be reached: the model then loads from the local Hugging Face cache without
+    a request (``load_error`` says what to do when it is not there).
+    """
     from r2med.settings import get_settings
 
     kwargs: dict[str, Any] = {"revision": revision} if revision else {}
     if get_settings().hf_offline:
         kwargs["local_files_only"] = True
+    elif model is not None and not is_local(model):
+        reason = hub_unreachable()
+        if reason is not None:
+            logger.info("the hub cannot be reached (%s); loading %s from the local Hugging Face cache only", reason, model)
+            kwargs["local_files_only"] = True
     return kwargs
+
+
+def adapter_kwargs(hub: dict[str, Any]) -> dict[str, Any]:
+    """What a *model* ``from_pretrained`` (``AutoModel*``, and sentence-transformers' ``model_kwargs``) needs
+    beside ``hub`` (``hub_kwargs``' answer): with ``local_files_only``, the same for transformers' look-up of a
+    PEFT adapter, which does not pass it on (transformers 5.x) and would ask the hub for ``adapter_config.json``
+    through huggingface_hub's retries.
+
+    >>> adapter_kwargs({"local_files_only": True}), adapter_kwargs({"revision": "abc"})
+    ({'adapter_kwargs': {'local_files_only': True}}, {})
+    """
+    return {"adapter_kwargs": {"local_files_only": True}} if hub.get("local_files_only") else {}
 
 
 def is_local(model: str) -> bool:
     return Path(model).expanduser().is_dir()
 
 
-def check_model_exists(model: str) -> None:
-    """Fail early, with exit 4, on a local-looking path that is not there."""
+def check_model_exists(model: str, revision: str | None = None) -> None:
+    """Fail early, with exit 4, on a local-looking path that is not there, and on a hub id that is not in the
+    local Hugging Face cache while the hub cannot be reached (before torch is imported or any work is done)."""
     if is_local(model):
         return
     if model.startswith(("/", "./", "../", "~")) or Path(model).expanduser().exists():
         raise MissingResourceError(f"model directory '{model}' does not exist (or is not a directory)")
+    from r2med.settings import get_settings
+
+    if get_settings().hf_offline or in_hf_cache(model, revision):
+        return  # offline: loading from the cache says what is missing
+    reason = hub_unreachable()
+    if reason is not None:
+        raise load_error(model, OSError(reason))
+
+
+#: A file every loadable model has in the cache (transformers, sentence-transformers, a PEFT adapter).
+_MODEL_MARKERS = ("config.json", "adapter_config.json", "modules.json")
+
+
+def in_hf_cache(model: str, revision: str | None = None) -> bool:
+    """Whether the local Hugging Face cache holds ``model`` (a hub id) at ``revision`` (default: main)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        return any(isinstance(try_to_load_from_cache(model, name, revision=revision), str) for name in _MODEL_MARKERS)
+    except ValueError:  # not a valid hub id (HFValidationError): loading says so
+        return True
 
 
 def load_error(model: str, exc: BaseException) -> MissingResourceError:
-    """A hub miss (offline, unknown repo, no access) as an exit-4 error that says what to do."""
+    """A hub miss (offline, unreachable, unknown repo, no access) as an exit-4 error that says what to do."""
+    from r2med.settings import get_settings
+
+    if not get_settings().hf_offline and not is_local(model):
+        reason = _cached_probe()
+        if reason is not None:
+            return unreachable_error(
+                reason, f"download model '{model}' (not in the local Hugging Face cache)",
+                f"download it where there is one ('hf download {model}') and copy the cache over, or pass the "
+                "path of a local copy",
+            )
     return MissingResourceError(
         f"cannot load model '{model}': {exc}\n"
-        "If it is a Hugging Face id, download it while online (huggingface-cli download) or unset "
+        f"If it is a Hugging Face id, download it while online ('hf download {model}') or unset "
         "HF_HUB_OFFLINE; or pass the path of a local copy."
     )
+
+
+# -- can the hub be reached? ----------------------------------------------------------------------------------
+
+#: Seconds one probe of the hub may take, name lookup and TCP connect together.
+PROBE_TIMEOUT = 5.0
+#: Seconds a probe's answer is reused before the hub is probed again.
+PROBE_TTL = 60.0
+
+_probes: dict[tuple[str, int], tuple[float, str | None]] = {}  # (host, port) -> (monotonic time, failure or None)
+_probes_lock = threading.Lock()
+
+
+def hub_endpoint() -> str:
+    """The hub's base URL as huggingface_hub uses it (``HF_ENDPOINT``, default https://huggingface.co)."""
+    from huggingface_hub import constants
+
+    return str(constants.ENDPOINT)
+
+
+def probe_target(endpoint: str) -> tuple[str, int, str]:
+    """``(host, port, description)`` of the first connection a request to ``endpoint`` opens: its host, or
+    the proxy the environment names for it (``HTTPS_PROXY``, ``ALL_PROXY``, unless ``NO_PROXY`` covers it),
+    as httpx and requests choose it.
+    """
+    import urllib.request
+
+    parts = urlsplit(endpoint)
+    host = parts.hostname or ""
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    proxies = urllib.request.getproxies()
+    proxy = proxies.get(parts.scheme) or proxies.get("all")
+    if proxy and not urllib.request.proxy_bypass(host):
+        proxy_parts = urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+        if proxy_parts.hostname:
+            default = 443 if proxy_parts.scheme == "https" else 1080 if proxy_parts.scheme.startswith("socks") else 80
+            return proxy_parts.hostname, proxy_parts.port or default, f"proxy {proxy_parts.hostname}:{proxy_parts.port or default}"
+    shown = f"{parts.scheme}://{host}" + (f":{parts.port}" if parts.port else "")
+    return host, port, shown
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return f"{type(exc).__name__}: {text}" if not text.startswith(type(exc).__name__) else text
+
+
+def connect_once(host: str, port: int, timeout: float) -> str | None:
+    """Open (and close) one TCP connection to ``host:port``; ``None`` when it worked, else why not.
+
+    The name lookup cannot be given a timeout, so the attempt runs in a daemon thread that is waited for
+    ``timeout`` seconds at most.
+    """
+    outcome: list[str | None] = []
+
+    def attempt() -> None:
+        try:
+            with socket.create_connection((host, port), timeout=timeout):
+                outcome.append(None)
+        except OSError as exc:
+            outcome.append(_describe(exc))
+
+    worker = threading.Thread(target=attempt, name="r2med-hub-probe", daemon=True)
+    worker.start()
+    worker.join(timeout + 0.5)
+    return outcome[0] if outcome else f"no answer within {timeout:g} s"
+
+
+def _cached_probe() -> str | None:
+    """The last probe's failure if it is still fresh (``None``: reachable, or not probed recently)."""
+    host, port, _ = probe_target(hub_endpoint())
+    with _probes_lock:
+        entry = _probes.get((host, port))
+    return entry[1] if entry is not None and time.monotonic() - entry[0] < PROBE_TTL else None
+
+
+def hub_unreachable() -> str | None:
+    """Why the hub cannot be reached now (``"https://huggingface.co: gaierror: ..."``), or ``None`` when it can.
+
+    One TCP connection per ``PROBE_TTL`` seconds decides (see the module docstring); nothing is retried.
+    """
+    host, port, shown = probe_target(hub_endpoint())
+    now = time.monotonic()
+    with _probes_lock:
+        entry = _probes.get((host, port))
+    if entry is not None and now - entry[0] < PROBE_TTL:
+        return entry[1]
+    failure = connect_once(host, port, PROBE_TIMEOUT)
+    reason = None if failure is None else f"{shown}: {failure}"
+    with _probes_lock:
+        _probes[(host, port)] = (time.monotonic(), reason)
+    if reason is not None:
+        logger.info("the Hugging Face hub cannot be reached: %s", reason)
+    return reason
+
+
+def unreachable_error(reason: str, what: str, offline: str) -> HubUnreachableError:
+    """The one-line exit-4 error: why the hub cannot be reached, for ``what``, and the way on without it.
+
+    >>> str(unreachable_error("https://huggingface.co: gaierror: no name", "download Biology", "use --data-dir DIR"))
+    'cannot reach the Hugging Face hub (https://huggingface.co: gaierror: no name) to download Biology: connect a network, or use --data-dir DIR'
+    """
+    return HubUnreachableError(f"cannot reach the Hugging Face hub ({reason}) to {what}: connect a network, or {offline}")
+
+
+def require_hub(what: str, offline: str) -> None:
+    """Raise ``unreachable_error`` (exit 4) at once when the hub cannot be reached; ``what``: the request
+    (``"download R2MED/Biology/corpus.jsonl"``), ``offline``: how to go on without it."""
+    reason = hub_unreachable()
+    if reason is not None:
+        raise unreachable_error(reason, what, offline)
+
+
+_NETWORK_ERROR_NAMES = frozenset({
+    "ConnectError", "ConnectTimeout", "NetworkError", "ReadTimeout", "TimeoutException", "PoolTimeout",
+    "RemoteProtocolError", "ProxyError", "NewConnectionError", "MaxRetryError", "ConnectionError",
+})
+
+
+def is_network_error(exc: BaseException) -> bool:
+    """Whether ``exc`` (or an exception it was raised from) is a failure to connect: an ``OSError`` of the
+    socket layer, or the connect/timeout errors of httpx, httpcore, requests and urllib3 (matched by name,
+    so that none of them has to be imported).
+
+    >>> is_network_error(ConnectionRefusedError(111, "refused")), is_network_error(ValueError("x"))
+    (True, False)
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, (ConnectionError, socket.gaierror, socket.timeout)):
+            return True
+        if any(cls.__name__ in _NETWORK_ERROR_NAMES for cls in type(current).__mro__):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def model_fingerprint(model: str, revision: str | None) -> str | None:

@@ -12,11 +12,12 @@ no other r2med process changes a stage's stored result before a later stage read
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from r2med.config import PipelineSpec
+from r2med.config import PipelineSpec, RerankSpec
 from r2med.datasets import dataset_loaders
 from r2med.errors import UsageError
 from r2med.io.dirs import check_output_dir, usable_cache_dir
@@ -111,3 +112,64 @@ def _run(spec: PipelineSpec, named: list, loaders: list, lock: DirectoryLock, *,
         run(Rerank(reranker, first, top_k=rerank.top_k, truncate=rerank.truncate,
                    ignore_identical_ids=rerank.identical_ids == "drop"))
     return results
+
+
+def run(
+    retriever: Any = "bm25",
+    *,
+    data_dir: str | os.PathLike[str] | None = None,
+    datasets: Sequence[str] | None = None,
+    output: str | os.PathLike[str] = "results",
+    name: str | None = None,
+    cache_key: str | None = None,
+    top_k: int = 100,
+    batch_size: int | None = None,
+    query_instruction: str | None = None,
+    doc_instruction: str | None = None,
+    identical_ids: str | None = None,
+    expansion: str | None = None,
+    answer_policy: str = "fallback",
+    reranker: str | None = None,
+    rerank_top_k: int = 100,
+    cache: bool = True,
+    resume: bool = True,
+    progress: bool = True,
+    settings: Settings | None = None,
+) -> dict[str, dict[str, float]]:
+    """``r2med run`` from Python: run ``retriever`` on the datasets, store, evaluate and return the last stage's table
+    ``{"<Dataset>": {"ndcg_at_10": ..., ...}, ..., "average": {...}}`` (metrics as fractions, 5 decimals).
+
+    ``retriever``: what ``r2med run --retriever`` takes (``"bm25"``, a zoo name, a model directory or hub id,
+    ``"openai:MODEL"``), or your model as a Python object: an ``r2med.Encoder`` (``encode(texts, *, kind,
+    instruction)`` and a ``cache_key``) or an MTEB-style object (``encode(sentences, **kwargs)``, with
+    ``cache_key=``). A Python model is searched as the dense models are (cosine, BEIR's ``ignore_identical_ids``
+    unless ``identical_ids="keep"``); its embeddings are cached under R2MED_HOME by its cache key, instructions
+    and texts, and its results go to ``<output>/base retriever/<name>/`` (``name`` defaults to the cache key).
+    ``datasets``: names (default: the 8 from the hub, or every dataset under ``data_dir``); ``expansion``:
+    ``METHOD/LLM`` for generation-augmented retrieval; ``reranker``: what ``r2med rerank --reranker`` takes.
+    With ``resume`` a stored result with the same configuration and data is reused, never recomputed.
+    """
+    from r2med.retrievers.registry import RetrieverSpec, system_name
+
+    options = {"batch_size": batch_size, "query_instruction": query_instruction, "doc_instruction": doc_instruction,
+               "identical_ids": identical_ids}
+    if isinstance(retriever, (str, os.PathLike)):
+        if cache_key is not None:
+            raise UsageError(f"cache_key is for a Python model object; {os.fspath(retriever)!r} has its own")
+        spec = RetrieverSpec(os.fspath(retriever), **options)
+    else:
+        from r2med.retrievers.dense.python_encoder import PythonEncoder
+
+        encoder = PythonEncoder(retriever, cache_key=cache_key, batch_size=batch_size)
+        system = name or system_name(encoder.key, flag="cache_key")
+        spec = RetrieverSpec(system, encoder=encoder, **options)
+    pipeline = PipelineSpec(
+        retrievers=(spec,), name=name, datasets=tuple(datasets) if datasets else None,
+        data_dir=Path(data_dir) if data_dir is not None else None, output=Path(output), top_k=top_k,
+        expansion=expansion, answer_policy=answer_policy, cache=cache,
+        reranker=RerankSpec(reranker, top_k=rerank_top_k) if reranker else None,
+    )
+    from r2med.stages import summarise
+
+    stages = run_pipeline(pipeline, settings=settings, progress=progress, resume=resume)
+    return summarise(list(stages.values())[-1])

@@ -109,6 +109,14 @@ def test_a_failed_query_is_listed_not_written_and_retried_next_time(server, tiny
     assert (rerun.cached, rerun.requested, rerun.failed, rerun.written) == (1, 2, 0, 3)
 
 
+def test_a_plain_output_is_written_byte_exact(server, tiny, tmp_path):
+    # the official generation stored the model's text as it came: whitespace around it included
+    server.script(hyde_prompt("what lowers a fever"), Reply("\n\nAspirin lowers fever.\n"))
+    generate_expansions(tiny, config(server), out_dir=tmp_path, client=client(server), progress=False)
+    out = {r["id"]: r for r in rows(tmp_path / "query_with_hydoc.jsonl")}
+    assert out["q1"]["hy_doc"] == "\n\nAspirin lowers fever.\n" and out["q1"]["fell_back"] is False
+
+
 def test_reasoning_outputs_split_flag_and_fall_back(server, tiny, tmp_path):
     server.script(hyde_prompt("what lowers a fever"), Reply("<think>Fever is...</think>\n\nAspirin lowers fever."))
     server.script(hyde_prompt("how is blood sugar controlled"), Reply("<think>Insulin, glucagon and", finish_reason="length"))

@@ -152,3 +152,14 @@ def test_default_sampling():
     assert json.dumps(sampling_params("api"), sort_keys=True) == '{"temperature": 0.8, "top_p": 0.8}'
     with pytest.raises(UsageError, match="valid: api, local"):
         sampling_params("gpu")
+
+
+def test_a_dataset_outside_r2med_is_pointed_to_prompt_dataset():
+    with pytest.raises(UsageError) as info:
+        prompt_template("query2doc", "scifact")
+    assert str(info.value) == (
+        "unknown dataset 'scifact' (R2MED's query2doc prompts are written per R2MED dataset): for a collection outside "
+        "R2MED, choose the dataset whose prompt suits it with --prompt-dataset NAME (prompt_dataset=NAME in Python), "
+        "one of Biology, Bioinformatics, Medical-Sciences, MedXpertQA-Exam, MedQA-Diag, PMC-Treatment, PMC-Clinical, "
+        "IIYi-Clinical"
+    )

@@ -147,5 +147,5 @@ def test_hub_listing_finds_every_published_file(monkeypatch):
 
     files = ["corpus.jsonl", "hyde/o3-mini/query_with_hydoc.jsonl", "query2doc/gpt4/query_with_hydoc.jsonl",
              "hyde/o3-mini/README.md", "search-r1/qwen-7b-ins/query_with_hydoc.jsonl"]
-    monkeypatch.setattr("r2med.datasets.hub.list_files", lambda spec, settings: files)
+    monkeypatch.setattr("r2med.datasets.hub.list_files", lambda spec, settings, **kw: files)
     assert published.hub_expansions("Biology") == [("hyde", "o3-mini"), ("query2doc", "gpt4"), ("search-r1", "qwen-7b-ins")]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 
 from r2med.errors import InvalidInputError, UsageError
@@ -107,10 +109,15 @@ def test_system_name_of_a_model_path_is_checked(tmp_path, monkeypatch):
 
     (tmp_path / "my-model" / "sub").mkdir(parents=True)
     monkeypatch.chdir(tmp_path / "my-model" / "sub")
-    assert system_name("/models/my-model/") == "my-model"
-    assert system_name("..") == "my-model" and system_name("./") == "sub"  # the folders they stand for, not '..' or ''
+    # a directory: its last part and 8 hex digits of its absolute path's sha256 (two folders named alike differ)
+    assert system_name("/models/my-model/") == system_name("/models/my-model") == "my-model-6b7440fa"
+    assert system_name("/other/my-model") == "my-model-2c88e827"
+    up = hashlib.sha256(str(tmp_path / "my-model").encode()).hexdigest()[:8]
+    here = hashlib.sha256(str(tmp_path / "my-model" / "sub").encode()).hexdigest()[:8]
+    # the folders they stand for, not '..' or ''
+    assert system_name("..") == f"my-model-{up}" and system_name("./") == f"sub-{here}"
     for name, problem in (("/", "it is empty"), ("-x", "it starts with '-'"), ("m" * 300, "it is 300 bytes long"),
-                          ("/models/nul", "it is a reserved device name on Windows")):
+                          ("nul", "it is a reserved device name on Windows")):
         with pytest.raises(UsageError) as err:
             system_name(name)
         assert str(err.value).startswith(f"--retriever {name!r}: its results folder name ")

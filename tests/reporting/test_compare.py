@@ -126,3 +126,20 @@ def test_errors(results, tmp_path):
     result = run("compare", "sys_a", "sys_b", "--results", out / "base retriever")
     assert result.code == 5 and f"{bad}:2: expected" in result.err
     assert run("compare", "sys_a", "sys_b", "--results", out / "base retriever", "--n-resamples", 0).code == 2
+
+
+def test_one_display_rule_compare_shows_what_run_and_leaderboard_show(tmp_path):
+    # 0.67075 is 67.08 everywhere (half up on the 5-decimal value); x100 in binary floats would give 67.07
+    assert f"{100 * 0.67075:.2f}" == "67.07"
+    _write(tmp_path, "sys", "Biology", {"q1": 0.6707, "q2": 0.6708})
+    compared = run("compare", tmp_path / "base retriever" / "sys", "paper:base retriever/bm25", "--tasks", "Biology")
+    assert compared.code == 0, compared.err
+    row = next(line for line in compared.out.splitlines() if line.startswith("| Biology"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[2:5] == ["67.08", "19.19", "+47.89"]  # A, the paper's BM25 (0.19188), A - B = 0.47887
+    board = run("leaderboard", tmp_path)
+    assert board.code == 0, board.err
+    assert "67.08" in board.out and "67.07" not in board.out
+    from r2med.cli.args import pct  # the rule of 'r2med run' and 'reproduce' tables
+
+    assert pct(0.67075) == "67.08"

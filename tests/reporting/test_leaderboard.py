@@ -56,7 +56,11 @@ def test_official_files_are_read_as_they_are(tmp_path):
     assert set(rows) == {"base retriever/bm25", "gar/hyde/gpt4/bm25", "reranker/monobert/nv/top_10"}
     assert rows["gar/hyde/gpt4/bm25"].values == {"Biology": 0.57342}
     assert rows["reranker/monobert/nv/top_10"].values == {"Biology": 0.20022}
-    assert all(r.coverage == 1 and r.average is None for r in rows.values())
+    # the columns are the datasets the files hold (here Biology alone): each row is complete over them
+    assert all(r.datasets == ("Biology",) and r.coverage == 1 and r.average == r.values["Biology"] for r in rows.values())
+    # asked for R2MED's eight, each has 1 of 8 and no average
+    eight = build_rows(discover(REPORTING / "official_sample" / "results"), datasets=["r2med"])
+    assert all(r.coverage == 1 and r.average is None and len(r.datasets) == 8 for r in eight)
 
 
 def test_with_paper_marks_published_rows_and_partial_systems_show_coverage(tmp_path):
@@ -65,14 +69,15 @@ def test_with_paper_marks_published_rows_and_partial_systems_show_coverage(tmp_p
     for dataset, value in (("Biology", 0.5), ("MedQA-Diag", 0.3)):
         record = {"dataset_name": dataset, "model_name": "mine", "evaluation_time": "1 minutes", "test": {"ndcg_at_10": value}}
         (mine / f"{dataset}.json").write_text(json.dumps(record))
-    result = run("leaderboard", tmp_path / "results", "--with-paper", "--format", "json")
+    # asked for R2MED's eight (--datasets r2med): the own system has 2 of 8 and no average
+    result = run("leaderboard", tmp_path / "results", "--with-paper", "--format", "json", "--datasets", "r2med")
     assert result.code == 0, result.err
     rows = result.json()["rows"]
     assert len(rows) == 72 and sum(r["published"] for r in rows) == 71
     own = rows[-1]  # incomplete systems come after every complete one
     assert own["system"] == "base retriever/mine" and not own["published"] and own["source"] == str(tmp_path / "results")
     assert own["coverage"] == 2 and own["average"] is None and own["covered_mean"] == pytest.approx(0.4)
-    md = run("leaderboard", tmp_path / "results", "--with-paper").out
+    md = run("leaderboard", tmp_path / "results", "--with-paper", "--tasks", "r2med").out
     line = next(x for x in md.splitlines() if "base retriever/mine" in x)
     cells = [c.strip() for c in line.split("|")]
     assert cells[5] == "50.00" and cells[9] == "30.00" and cells[6] == "-" and cells[-3] == "-" and cells[-2] == "2/8"

@@ -86,6 +86,41 @@ def test_tables_plots_and_drilldown_content(page_html):
     assert queries == ["q2", "q1", "q3", "q4"]  # by |A - B|: 0.76019, 0.61315, 0.36907, 0
 
 
+def _two_systems(out: Path, first: Run) -> Path:
+    dataset = load_dir(DATASETS / "Biology", "Biology")
+    second = Run({"q1": {"d1": 1.0}, "q2": {"d3": 1.0}, "q3": {"d5": 1.0}, "q4": {"d8": 1.0}})
+    for where, ranking in ((SystemPath.base("one"), first), (SystemPath.base("two"), second)):
+        write_result(out, where, "Biology", evaluate(dataset.qrels, ranking), ranking, seconds=1.0)
+    return out
+
+
+def test_documents_missing_from_the_corpus_are_warned_about_and_named(tmp_path, caplog):
+    # runs made on another collection: their documents' text columns would be empty without a word
+    results = _two_systems(tmp_path / "res", Run({"q1": {"d1": 2.0, "d99": 1.0}, "q2": {"x7": 1.0},
+                                                  "q3": {"d5": 1.0}, "q4": {"d8": 1.0}}))
+    path = tmp_path / "r.html"
+    done = run("report", results, "-o", path, "--data-dir", DATASETS, "--n-resamples", 100)
+    assert done.code == 0, done.err
+    said = (f"2 documents of the runs are not in the corpus of Biology ({DATASETS / 'Biology'}), so their text is "
+            "empty (e.g. d99, x7); is --data-dir the collection the runs searched?")
+    assert said in path.read_text(encoding="utf-8")
+    assert f"Biology: {said}" in [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+
+
+def test_a_dataset_that_cannot_be_read_is_warned_about_and_named(tmp_path, caplog):
+    results = _two_systems(tmp_path / "res", Run({"q1": {"d1": 1.0}, "q2": {"d6": 1.0}, "q3": {"d4": 1.0},
+                                                  "q4": {"d8": 1.0}}))
+    broken = tmp_path / "data" / "Biology"
+    shutil.copytree(DATASETS / "Biology", broken)
+    (broken / "corpus.jsonl").write_text("{not json\n", encoding="utf-8")
+    path = tmp_path / "r.html"
+    done = run("report", results, "-o", path, "--data-dir", broken.parent, "--n-resamples", 100)
+    assert done.code == 0, done.err
+    assert "drill-down not available: " in path.read_text(encoding="utf-8")
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any(m.startswith("Biology: drill-down not available: ") and "corpus.jsonl" in m for m in warned)
+
+
 def test_without_datasets_the_runs_are_still_shown(results, tmp_path, caplog):
     path = tmp_path / "r.html"
     done = run("report", results, "-o", path, "--n-resamples", 100, "--a", f"base retriever/{EVIL}")

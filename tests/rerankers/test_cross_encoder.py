@@ -17,6 +17,7 @@ import pytest
 from rerank_helpers import BM25_TOP20, QUERIES, bm25_top20, ranked_ids, run_rerank_command, scifact, trec_order
 
 from conftest import shared_path
+from r2med.retrievers.registry import system_name
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("sentence_transformers")
@@ -63,7 +64,7 @@ def test_reranks_scifact_bm25_top10_offline_and_rerun_hits_the_cache(cross_encod
     options = RerankerOptions(cache_dir=isolated_home, device="cpu", max_length=MAX_LENGTH, progress=False)
     reranker = make_reranker(str(cross_encoder_dir), options)
     out = reranker.rerank(dataset.queries, dataset.corpus, run, top_k=10)
-    assert reranker.name == cross_encoder_dir.name  # a directory's results folder is its name
+    assert reranker.name == system_name(str(cross_encoder_dir), flag="--reranker")  # its name + 8 hex of its path
     for qid in QUERIES:
         bm25 = ranked_ids(run, qid)
         logits = direct_logits(cross_encoder_dir, dataset.queries[qid], [dataset.corpus[d] for d in bm25[:10]])
@@ -100,7 +101,7 @@ def test_score_column_and_description(cross_encoder_dir):
 
 @pytest.mark.slow
 def test_rerank_command_writes_the_official_layout(cross_encoder_dir, tmp_path):
-    folder = cross_encoder_dir.name
+    folder = system_name(str(cross_encoder_dir), flag="--reranker")
     argv = ["rerank", "--run", str(BM25_TOP20), "--system", "bm25",
             "--reranker", str(cross_encoder_dir), "--top-k", "10", "--tasks", "scifact",
             "--data-dir", str(shared_path("data", "scifact")), "--output", str(tmp_path), "--device", "cpu",
@@ -156,6 +157,54 @@ def test_rerank_command_errors(tmp_path):
     assert not list((tmp_path / "bi").rglob("scifact.json"))
 
 
+def _headless(folder: Path, architectures: list[str] | None) -> Path:
+    """all-MiniLM-L6-v2's BERT weights (no classification head stored) under a config that claims ``architectures``."""
+    source = Path(minilm.get_model_path())
+    folder.mkdir(parents=True)
+    for name in ("model.safetensors", "vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        (folder / name).symlink_to(source / name)
+    config = json.loads((source / "config.json").read_text())
+    config.pop("architectures")
+    if architectures is not None:
+        config["architectures"] = architectures
+    config["num_labels"] = 1
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+@pytest.mark.parametrize("architectures", [["BertForSequenceClassification"], None], ids=["claims-a-head", "no-architectures"])
+def test_a_checkpoint_without_the_head_weights_is_refused(tmp_path, architectures):
+    # the config says (or lets transformers assume) a sequence classifier, but the checkpoint holds no head:
+    # transformers would initialise it at random and the scores would change on every run
+    model = _headless(tmp_path / "headless", architectures)
+    data = str(shared_path("data", "scifact"))
+    result = run_rerank_command("rerank", "--run", str(BM25_TOP20), "--reranker", str(model), "--tasks", "scifact",
+                                "--data-dir", data, "--output", str(tmp_path / "out"), "--top-k", "2", "--no-cache")
+    assert result.code == 5, result.err
+    assert (f"{model} has no trained classification head: its checkpoint holds no classifier.weight, classifier.bias"
+            in result.err)
+    assert not list((tmp_path / "out").rglob("scifact.json"))
+
+
+def test_checkpoint_keys_reads_every_format_without_loading_weights(tmp_path, cross_encoder_dir):
+    from r2med.rerankers.cross_encoder import checkpoint_keys, model_dir
+
+    saved = checkpoint_keys(cross_encoder_dir)  # save_pretrained wrote model.safetensors
+    assert {"classifier.weight", "classifier.bias"} <= saved and "bert.embeddings.word_embeddings.weight" in saved
+    assert "classifier.weight" not in checkpoint_keys(Path(minilm.get_model_path()))
+    sharded = tmp_path / "sharded"
+    sharded.mkdir()
+    (sharded / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {}, "weight_map": {"score.weight": "model-00002.safetensors", "model.norm.weight": "model-00001.safetensors"}}))
+    assert checkpoint_keys(sharded) == {"score.weight", "model.norm.weight"}
+    old = tmp_path / "bin"
+    old.mkdir()
+    torch.save({"classifier.weight": torch.zeros(1, 2), "bert.pooler.dense.bias": torch.zeros(2)}, old / "pytorch_model.bin")
+    assert checkpoint_keys(old) == {"classifier.weight", "bert.pooler.dense.bias"}
+    assert checkpoint_keys(tmp_path) is None  # no checkpoint: nothing to say
+    assert model_dir(str(old)) == old and model_dir("not a hub id!") is None
+
+
 @pytest.mark.slow
 def test_rerank_after_run_reads_the_stage_just_written(cross_encoder_dir, tmp_path):
     """What `r2med run --reranker` runs: the runs under <output>/base retriever/<system>/ are reranked."""
@@ -174,7 +223,8 @@ def test_rerank_after_run_reads_the_stage_just_written(cross_encoder_dir, tmp_pa
                         data_dir=shared_path("data", "scifact"), output=tmp_path)
     results = list(run_pipeline(spec, progress=False).values())[-1]
     assert [r.dataset for r in results] == ["scifact"]
-    assert results[0].files.run == tmp_path / "reranker" / cross_encoder_dir.name / "bm25" / "top_5" / "scifact.run"
+    folder = system_name(str(cross_encoder_dir), flag="--reranker")  # minilm-ce0-<8 hex of its path's sha256>
+    assert results[0].files.run == tmp_path / "reranker" / folder / "bm25" / "top_5" / "scifact.run"
     dataset, run = scifact(), bm25_top20()
     for qid in QUERIES:
         bm25 = ranked_ids(run, qid)
@@ -191,8 +241,9 @@ def test_run_with_reranker_through_the_main_cli(cross_encoder_dir, tmp_path, cli
     result = cli("run", "--data-dir", DATA / "tiny", "--output", out, "--reranker", cross_encoder_dir,
                  "--rerank-top-k", "3", "--json")
     assert result.code == 0, result.err
-    folder = out / "reranker" / Path(cross_encoder_dir).name / "bm25" / "top_3"
+    name = system_name(str(cross_encoder_dir), flag="--reranker")
+    folder = out / "reranker" / name / "bm25" / "top_3"
     record = json.loads((folder / "tiny.json").read_text())
-    assert record["model_name"] == Path(cross_encoder_dir).name  # the reranker names the official files
+    assert record["model_name"] == name  # the reranker names the official files
     assert result.json()["tiny"]["ndcg_at_10"] == record["test"]["ndcg_at_10"]
     assert (out / "base retriever" / "bm25" / "tiny.run").is_file() and (folder / "tiny.manifest.json").is_file()

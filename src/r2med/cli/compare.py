@@ -5,12 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from r2med.cli.args import csv_list
 from r2med.cli.leaderboard import add_command_parser, emit
 from r2med.errors import UsageError
-
-
-def _csv(text: str) -> list[str]:
-    return [part.strip() for part in text.split(",") if part.strip()]
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -40,8 +37,9 @@ def register(subparsers, common_parent: argparse.ArgumentParser | None = None) -
     parser.add_argument("a", metavar="A", help="first system (differences are A - B)")
     parser.add_argument("b", metavar="B", help="second system")
     parser.add_argument("--results", type=Path, default=None, help="result directory that A and B are paths in")
-    parser.add_argument("--tasks", type=_csv, default=None, metavar="NAMES",
-                        help="comma-separated datasets (default: every dataset either system has)")
+    parser.add_argument("--tasks", "--datasets", dest="tasks", type=csv_list, default=None, metavar="NAMES",
+                        help="comma-separated datasets, any collection ('r2med' = R2MED's eight; default: every "
+                             "dataset either system has)")
     parser.add_argument("--metric", default="ndcg_at_10", help="official key (default ndcg_at_10)")
     parser.add_argument("--n-resamples", type=int, default=10000, help="permutations and bootstrap resamples (default 10000)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random generator (default 0)")

@@ -155,6 +155,7 @@ def cmd_expand(args: argparse.Namespace) -> int:
     client = ChatClient(args.llm_model, base_url, api_key=api_key, timeout=args.timeout,
                         max_retries=args.max_retries, budget=budget)
     targets = dataset_loaders(args.tasks, data_dir=args.data_dir, settings=settings)
+    _check_prompts(args.method, args.prompt_dataset, [name for name, _ in targets])
     reports = []
     code = 0
     for _, load in targets:
@@ -179,6 +180,21 @@ def cmd_expand(args: argparse.Namespace) -> int:
             print(_summary_line(report), file=sys.stderr)
     _print(reports, args.json, quiet)
     return code
+
+
+def _check_prompts(method: str, prompt_dataset: str | None, names: list[str]) -> None:
+    """Before any dataset is loaded or any request sent: every dataset has a prompt (its own, or
+    ``--prompt-dataset``'s); a collection outside R2MED is told to pass ``--prompt-dataset``."""
+    from r2med.datasets.catalog import get_spec
+    from r2med.expansion.prompts import prompt_template
+
+    if prompt_dataset is not None:
+        try:
+            get_spec(prompt_dataset)
+        except UsageError as exc:
+            raise UsageError(f"--prompt-dataset {prompt_dataset}: {exc}") from None
+    for name in names:
+        prompt_template(method, prompt_dataset or name)
 
 
 def _print(reports: list, as_json: bool, quiet: bool) -> None:

@@ -1,9 +1,12 @@
-"""``r2med leaderboard [RESULT_DIRS...] [--with-paper] [--metric ndcg_at_10] [--format md|csv|latex|html|json]``."""
+"""``r2med leaderboard [RESULT_DIRS...] [--with-paper] [--datasets NAMES] [--by dataset|task|body-system]
+[--data-dir DIR] [--metric ndcg_at_10] [--format md|csv|latex|html|json]``."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+
+from r2med.cli.args import csv_list
 
 
 def add_command_parser(subparsers, common_parent: argparse.ArgumentParser | None, name: str, **kwargs):
@@ -28,26 +31,45 @@ def emit(text: str, output: Path | None) -> None:
 
 
 def cmd_leaderboard(args: argparse.Namespace) -> int:
-    from r2med.reporting.leaderboard import collect, format_leaderboard
+    from r2med.reporting.breakdown import by_body_system, by_task
+    from r2med.reporting.leaderboard import format_leaderboard, gather, rows_of
 
-    rows = collect(args.result_dirs, with_paper=args.with_paper, metric=args.metric)
-    emit(format_leaderboard(rows, args.format, metric=args.metric), args.output)
+    systems = gather(args.result_dirs, with_paper=args.with_paper)
+    rows = rows_of(systems, args.metric, args.datasets)
+    breakdown = None
+    if args.by == "task":
+        breakdown = by_task(rows)
+    elif args.by == "body-system":
+        breakdown = by_body_system(rows, systems, metric=args.metric, data_dir=args.data_dir)
+    emit(format_leaderboard(rows, args.format, metric=args.metric, breakdown=breakdown), args.output)
     return 0
 
 
 def register(subparsers, common_parent: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    from r2med.reporting.breakdown import BY
     from r2med.reporting.leaderboard import FORMATS
 
     parser = add_command_parser(
         subparsers, common_parent, "leaderboard",
         help="systems x datasets table from result directories, next to the paper's numbers",
         description="Rows: systems found under RESULT_DIRS (r2med's output or the official results/ tree, read as "
-                    "is) and, with --with-paper, the 71 published systems. Columns: the 8 datasets in the paper's "
-                    "order and their average, x100 with 2 decimals; systems missing datasets show their coverage "
-                    "and no average.",
+                    "is) and, with --with-paper, the 71 published systems, cut to the same datasets. Columns: the "
+                    "datasets the results hold (any collection: R2MED's eight in the paper's order first, then the "
+                    "others alphabetically) and their average over the datasets shown, x100 with 2 decimals; "
+                    "systems missing datasets show their coverage and no average. --by task or body-system groups "
+                    "the columns as the paper does.",
     )
     parser.add_argument("result_dirs", nargs="*", type=Path, metavar="RESULT_DIR", help="result directories")
     parser.add_argument("--with-paper", action="store_true", help="add the published numbers (source 'paper')")
+    parser.add_argument("--datasets", "--tasks", dest="datasets", type=csv_list, default=None, metavar="NAMES",
+                        help="comma-separated datasets to show; 'r2med' = R2MED's eight, 'all' = every dataset held "
+                             "(default: every dataset the results hold)")
+    parser.add_argument("--by", choices=BY, default="dataset",
+                        help="value columns: one per dataset (default), per R2MED task (the mean of its datasets), "
+                             "or per body system (per-query values of the queries with each; needs the query files)")
+    parser.add_argument("--data-dir", type=Path, default=None,
+                        help="--by body-system: dataset directories whose query files carry 'body_system' "
+                             "(default: the hub cache)")
     parser.add_argument("--metric", default="ndcg_at_10", help="official key (ndcg_at_10, recall_at_100, mrr, ...)")
     parser.add_argument("--format", choices=FORMATS, default="md", help="output format (default md)")
     parser.add_argument("-o", "--output", type=Path, default=None, help="write to this file instead of stdout")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from r2med.cli.args import csv_list
 from r2med.cli.leaderboard import add_command_parser
 from r2med.errors import UsageError
 
@@ -20,7 +21,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     options = ReportOptions(
         metric=args.metric, system_a=args.a, system_b=args.b, with_paper=args.with_paper, data_dir=args.data_dir,
         top=args.top, max_doc_chars=args.max_doc_chars, max_queries=args.max_queries,
-        n_resamples=args.n_resamples, seed=args.seed,
+        n_resamples=args.n_resamples, seed=args.seed, datasets=tuple(args.datasets) if args.datasets else None,
     )
     path = write_report(args.result_dir, args.output, options)
     print(path)
@@ -30,8 +31,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 def register(subparsers, common_parent: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     parser = add_command_parser(
         subparsers, common_parent, "report",
-        help="write a self-contained HTML report (leaderboard, per-query wins/losses, drill-down)",
-        description="One HTML file with no external resource: the leaderboard with bars per dataset, the per-query "
+        help="write a self-contained HTML report (leaderboard, by task and body system, per-query wins/losses, drill-down)",
+        description="One HTML file with no external resource: the leaderboard with bars per dataset (any collection), "
+                    "the same rows by R2MED task and by body system (where the query files carry it), the per-query "
                     "comparison of two systems (A, B: default the two best with per-query files) and a per-query "
                     "drill-down (query, expansion, top documents with relevance marks and scores).",
     )
@@ -41,6 +43,9 @@ def register(subparsers, common_parent: argparse.ArgumentParser | None = None) -
     parser.add_argument("--b", default=None, metavar="SYSTEM", help="system path of B")
     parser.add_argument("--metric", default="ndcg_at_10", help="official key (default ndcg_at_10)")
     parser.add_argument("--with-paper", action="store_true", help="add the published systems to the leaderboard")
+    parser.add_argument("--datasets", "--tasks", dest="datasets", type=csv_list, default=None, metavar="NAMES",
+                        help="comma-separated datasets to show; 'r2med' = R2MED's eight, 'all' = every dataset held "
+                             "(default: every dataset the results hold)")
     parser.add_argument("--data-dir", type=Path, default=None,
                         help="dataset directories for query/document texts and judgements (default: the hub cache)")
     parser.add_argument("--top", type=int, default=10, help="documents shown per query (default 10)")

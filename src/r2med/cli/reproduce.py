@@ -9,7 +9,7 @@ from r2med.cli.args import add_recompute_options, progress_printer
 from r2med.cli.args import csv_list as _csv
 from r2med.cli.args import emit_json as _emit_json
 from r2med.cli.args import pct as _pct
-from r2med.errors import UsageError
+from r2med.errors import MissingResourceError, UsageError
 from r2med.store.results import SystemPath
 
 
@@ -39,7 +39,9 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
                     "ok": bool(compared) and not failed, "compared": len(compared),
                     "datasets": {r.dataset: {"ours": r.ours, "paper": r.paper, "difference": r.difference, "ok": r.ok}
                                  for r in rows}})
-        return 1 if failed or not compared else 0
+        if not compared:
+            raise _nothing_compared(ours, args.metric)
+        return 1 if failed else 0
 
     def cell(value):
         return "-" if value is None else _pct(value)
@@ -52,14 +54,21 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     print(markdown_table(["dataset", "ours", "paper", "diff", "status"], table,
                          align_right=[False, True, True, True, False]))
     if not compared:  # nothing was checked: never a quiet pass
-        print(f"no dataset was compared: none of {', '.join(ours) or 'the datasets run'} has a reference {args.metric} "
-              "(the paper's datasets are the eight R2MED ones; pass --reference FILE for others)")
-        return 1
+        raise _nothing_compared(ours, args.metric)
     if failed:
         print(f"{len(failed)} of {len(compared)} datasets differ by more than the tolerance: {', '.join(failed)}")
         return 1
     print(f"all {len(compared)} compared datasets match")
     return 0
+
+
+def _nothing_compared(ours: dict[str, float], metric: str) -> MissingResourceError:
+    """Exit 4: no dataset run has a reference value, so nothing was checked (never a quiet pass)."""
+    return MissingResourceError(
+        f"no dataset was compared: none of {', '.join(ours) or 'the datasets run'} has a reference {metric} "
+        "(the paper's numbers cover the eight R2MED datasets, by their names); run R2MED datasets (--tasks, or a "
+        'directory named like one) or pass --reference FILE with {"<Dataset>": {"' + metric + '": ...}}'
+    )
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:

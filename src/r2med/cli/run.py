@@ -37,7 +37,7 @@ def build_spec(args: argparse.Namespace):
             raise UsageError(f"--config describes the whole pipeline; drop {', '.join(given)} (or edit the file)")
         spec = load_spec(args.config)
         return dataclasses.replace(spec, reranker=rerank or spec.reranker, cache=not args.no_cache)
-    shared = [f.name for f in dataclasses.fields(RetrieverSpec) if f.name != "name"]
+    shared = [f.name for f in dataclasses.fields(RetrieverSpec) if f.name not in ("name", "encoder")]
     retrievers = tuple(RetrieverSpec(name, **{key: getattr(args, key) for key in shared})
                        for name in args.retriever or ["bm25"])
     return PipelineSpec(

@@ -5,7 +5,9 @@ evaluation did: the query text is the one stored in the expansion file (the auth
 there), and a reasoning model's output is cut to its answer (:mod:`r2med.llm.reasoning`). What
 happens to an output with no usable answer (a trace cut off before it, an empty answer, an empty expansion)
 is the answer ``policy``: "fallback" (default: the plain query, counted), "authors" (the official
-behaviour: the whole text) or "error". Nothing empty is ever used as a query silently.
+behaviour: the whole text) or "error". Nothing empty is ever used as a query silently. A plain model's
+expansion is used byte for byte under every policy, surrounding whitespace included, as the official code
+used ``hy_doc`` (docs/expansion-policies.md lists every difference between the policies).
 
 :func:`bm25_queries` composes them into BM25's text queries (:mod:`r2med.expansion.compose`); each retriever's
 ``retrieve_expanded`` searches with them (BM25: those text queries; dense: the query/expansion embeddings).

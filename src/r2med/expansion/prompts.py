@@ -93,8 +93,16 @@ def prompt_template(method: str, dataset: str) -> str:
     from r2med.datasets.catalog import get_spec
 
     gar = _method_registry().get(method)
-    spec = get_spec(dataset)
     templates = _prompts()[str(gar.prompt)]
+    try:
+        spec = get_spec(dataset)
+    except UsageError as exc:  # a collection outside R2MED: its prompts are another dataset's, chosen by the user
+        unknown = str(exc).split(" Valid:")[0]  # "unknown dataset 'x'" and the registry's "did you mean", if any
+        raise UsageError(
+            f"{unknown} (R2MED's {gar.name} prompts are written per R2MED dataset): for a collection outside R2MED, "
+            "choose the dataset whose prompt suits it with --prompt-dataset NAME (prompt_dataset=NAME in Python), "
+            f"one of {', '.join(templates)}"
+        ) from None
     if spec.name not in templates:
         raise UsageError(f"no {gar.name} prompt for dataset {spec.name!r}; prompts exist for: {', '.join(templates)}")
     return templates[spec.name]

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from r2med.datasets.catalog import catalog
 from r2med.datasets.model import Dataset
-from r2med.errors import InvalidInputError, MissingResourceError, UsageError
+from r2med.errors import HubUnreachableError, InvalidInputError, MissingResourceError, UsageError
 from r2med.expansion.methods import method_names
 from r2med.io.names import check_name
 from r2med.io.problems import Problems
@@ -144,7 +144,8 @@ def hub_expansions(dataset: str, settings: Settings | None = None) -> list[tuple
 
     settings = settings or get_settings()
     found = []
-    for name in list_files(catalog().get(dataset), settings):
+    offline_way = "pass --local to list only the expansion files on this machine"
+    for name in list_files(catalog().get(dataset), settings, offline_way=offline_way):
         parts = name.split("/")
         if len(parts) == 3 and parts[2] == EXPANSION_FILE:
             found.append((parts[0], parts[1]))
@@ -174,8 +175,12 @@ def find_expansions(dataset: Dataset, method: str, llm: str, *, settings: Settin
 
         spec = catalog().get(dataset.name)
         filename = f"{method}/{llm}/{EXPANSION_FILE}"
+        offline_way = (f"generate them ('r2med expand --method {method} --llm-name {llm} ...'), or put the file at "
+                       f"{places[-1]}")
         try:
-            return fetch_file(spec, filename, cache_dir(spec, settings), settings)
+            return fetch_file(spec, filename, cache_dir(spec, settings), settings, offline_way=offline_way)
+        except HubUnreachableError as exc:
+            raise HubUnreachableError(f"no {method}/{llm} expansions for {dataset.name} on this machine, and {exc}") from None
         except MissingResourceError as exc:
             hub_problem = f" The hub copy could not be fetched either: {exc}"
     else:
@@ -215,6 +220,8 @@ def available_expansions(
         try:
             for method, llm in hub_expansions(name, settings):
                 found.setdefault((method, llm), "hub")
+        except HubUnreachableError:
+            raise  # not a quiet note: HF_HUB_OFFLINE unset, so the hub was asked for
         except MissingResourceError as exc:
             problem = str(exc)
     elif hub:

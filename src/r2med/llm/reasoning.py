@@ -244,8 +244,16 @@ def choose_answer(parsed: ParsedOutput, *, fallback: str, policy: str = "fallbac
     "authors" (``authors_answer`` of the raw text: the official behaviour, whole trace when cut off), or
     "error" (raise ``ProviderError`` for a truncated trace or an empty answer).
 
+    A plain output (no reasoning style) is used byte for byte under every policy, surrounding whitespace
+    included, as the official code used ``hy_doc``: only its emptiness is judged on the stripped text.
+    A reasoning model's answer is stripped under every policy, as the official code stripped it.
+
     >>> choose_answer(split_reasoning("<think>a</think>b"), fallback="q")
     ('b', False)
+    >>> choose_answer(split_reasoning("\\n\\nA passage. ", style="plain"), fallback="q")
+    ('\\n\\nA passage. ', False)
+    >>> choose_answer(split_reasoning(" \\n", style="plain"), fallback="q")
+    ('q', True)
     >>> choose_answer(split_reasoning("Step 1...", style="think"), fallback="q", policy="authors")
     ('Step 1...', False)
     """
@@ -262,4 +270,4 @@ def choose_answer(parsed: ParsedOutput, *, fallback: str, policy: str = "fallbac
                 "raise max_tokens, or use the answer policy 'fallback' (plain query) or 'authors' (whole text)"
             )
         return fallback, True
-    return parsed.answer, False
+    return (parsed.raw if parsed.style == "plain" else parsed.answer), False

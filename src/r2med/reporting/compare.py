@@ -1,7 +1,10 @@
 """Compare two systems dataset by dataset from their per-query metrics, with honest statistics.
 
 A system is a result folder (``results/base retriever/bm25``: ``<Dataset>.per_query.jsonl`` and
-``<Dataset>.json``) or a published system (``paper:gar/hyde/gpt4/nv``). Per dataset: the mean
+``<Dataset>.json``, of R2MED's datasets or any other collection) or a published system
+(``paper:gar/hyde/gpt4/nv``). The datasets compared are those either side holds (R2MED's first, in the
+paper's order, then the others alphabetically; ``r2med.reporting.columns``) or those asked for; two
+systems that share no dataset are an error naming each side's datasets. Per dataset: the mean
 difference A - B, a paired permutation test, a paired t-test, a bootstrap confidence interval and
 wins/ties/losses (``r2med.reporting.stats``); Holm's correction across the datasets tested; and
 one pooled test over every paired query of those datasets (which weights datasets by their number
@@ -21,9 +24,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from r2med.datasets.catalog import catalog, dataset_names, resolve_names
 from r2med.errors import InvalidInputError, MissingResourceError
-from r2med.manifest import read_result_file
+from r2med.manifest import MANIFEST_SUFFIX, read_result_file
+from r2med.reporting.columns import choose_datasets, dataset_of
 from r2med.reporting.official import PublishedSystem, is_published, normalise_metric, normalise_metrics, published
 from r2med.reporting.paths import system_path
 from r2med.reporting.stats import PairedTest, holm, paired_test
@@ -44,14 +47,21 @@ class SystemSource:
     paper: PublishedSystem | None = None
 
     def _files(self, suffix: str) -> dict[str, Path]:
+        """Dataset -> its file ``<Dataset><suffix>`` in the folder (R2MED's old names read as the public ones)."""
         if self.directory is None:
             return {}
-        out = {}
+        out: dict[str, Path] = {}
         for path in sorted(self.directory.glob(f"*{suffix}")):
-            stem = path.name[: -len(suffix)]
-            if stem in catalog():
-                out.setdefault(catalog().canonical(stem), path)
+            dataset = dataset_of(path.name[: -len(suffix)])
+            if dataset is not None and path.is_file() and not path.name.endswith(MANIFEST_SUFFIX):
+                out.setdefault(dataset, path)
         return out
+
+    def datasets(self) -> list[str]:
+        """The datasets this side has results on (aggregate or per-query)."""
+        if self.paper is not None:
+            return list(self.paper.scores)
+        return list(dict.fromkeys([*self._files(".json"), *self._files(PER_QUERY_SUFFIX)]))
 
     def per_query(self, dataset: str, metric: str) -> dict[str, float] | None:
         """Query id -> value, or ``None`` when only aggregates exist."""
@@ -169,9 +179,11 @@ def compare_systems(
     seed: int = 0,
     confidence: float = 0.95,
 ) -> Comparison:
-    """Compare ``a`` with ``b`` on ``datasets`` (default: every R2MED dataset either side has)."""
+    """Compare ``a`` with ``b`` on ``datasets`` (default: every dataset either side has; R2MED's old names and the
+    words of :func:`r2med.reporting.columns.choose_datasets` are accepted). MissingResourceError when no dataset has
+    a value of ``metric`` on both sides."""
     key = normalise_metric(metric)
-    names = [s.name for s in resolve_names(list(datasets))] if datasets else dataset_names()
+    names = choose_datasets({*a.datasets(), *b.datasets()}, list(datasets) if datasets else None)
     options = {"n_resamples": n_resamples, "seed": seed, "confidence": confidence}
     rows: list[DatasetComparison] = []
     pooled_a: list[float] = []
@@ -205,8 +217,10 @@ def compare_systems(
             reason = (f"only aggregate numbers for {' and '.join(aggregate_only)} (no per-query values): "
                       "a paired test is not possible")
         rows.append(DatasetComparison(ds, mean_a, mean_b, None, reason))
-    if not rows:
-        raise MissingResourceError(f"neither {a.label} nor {b.label} has {key} results on {', '.join(names)}")
+    if not any(r.mean_a is not None and r.mean_b is not None for r in rows):
+        sides = "; ".join(f"{s.label} has {', '.join(_held(s, key)) or 'none'}" for s in (a, b))
+        asked = f" among {', '.join(names)}" if datasets else ""
+        raise MissingResourceError(f"{a.label} and {b.label} share no dataset with {key} results{asked}: {sides}")
     tested = [r for r in rows if r.test is not None]
     perm_holm = holm([r.test.permutation_p for r in tested])  # type: ignore[union-attr]
     t_holm = holm([r.test.t_p for r in tested])  # type: ignore[union-attr]
@@ -219,6 +233,12 @@ def compare_systems(
     pooled = paired_test(pooled_a, pooled_b, **options) if len(pooled_a) >= 2 else None
     pooled_reason = None if pooled else "no dataset has per-query values of both systems; no test is possible"
     return Comparison(a.label, b.label, key, tuple(rows), pooled, tuple(r.dataset for r in tested), pooled_reason)
+
+
+def _held(side: SystemSource, key: str) -> list[str]:
+    """The datasets on which ``side`` has a value of ``key``, in table order."""
+    have = [ds for ds in side.datasets() if side.aggregate(ds, key) is not None or side.per_query(ds, key) is not None]
+    return choose_datasets(have, ["all"]) if have else []
 
 
 def _p(value: float | None) -> str:

@@ -1,16 +1,20 @@
-"""The leaderboard: systems x the 8 datasets (+ average), from result directories and the paper.
+"""The leaderboard: systems x the datasets their results hold (+ average), from result directories and the paper.
 
 Result directories are read as they are, whether written by r2med or the official repository's
 ``results/`` tree: every ``<Dataset>.json`` holding a ``"test"`` object is one (system, dataset)
 result. The system is the file's folder from its ``base retriever`` / ``gar`` / ``reranker``
 level on (``gar/hyde/gpt4/nv``); the official tree's ``reranker/<short>/top_<k>`` is read as the
-published ``reranker/<name>/nv/top_<k>``. Dataset names may be public or the authors' old ones
-(``Stack-Biology``, ``PMCPatients``, ...); files of other collections (``BEIR_NFCorpus.json``) are
-skipped. Metric keys are read in either official style (``ndcg_at_10``, ``NDCG@10``).
+published ``reranker/<name>/nv/top_<k>``. Any collection is a dataset (``scifact.json`` -> ``scifact``);
+R2MED's may also carry the authors' old names (``Stack-Biology``, ``PMCPatients``, ...). The columns are
+the datasets the result directories hold (R2MED's in the paper's order first, then the others
+alphabetically; ``r2med.reporting.columns``), or those asked for; the official tree's files of other
+collections (``BEIR_NFCorpus.json``) only when asked for by name. Metric keys are read in either official
+style (``ndcg_at_10``, ``NDCG@10``). The paper's rows are cut to the same columns.
 
-A row's average is the mean over the 8 datasets; a system missing datasets shows its coverage
-(``6/8``) and no average, and is ranked after the complete ones (by coverage, then by the mean of
-what it has). Values are shown x100 with 2 decimals, rounded half up in decimal arithmetic, and
+A row's average is the mean over the datasets shown (``Avg`` over R2MED's eight, ``Avg (3 datasets)``
+otherwise); a system missing datasets shows its coverage (``6/8``) and no average, and is ranked after the
+complete ones (by coverage, then by the mean of what it has). Values are shown x100 with 2 decimals, rounded
+half up in decimal arithmetic, and
 averages are computed exactly in decimal from each value as written (order-independent): for
 published 5-decimal values that is the arithmetic the paper's table shows (e.g. a mean of exactly
 0.268850 is 26.89, where binary floating point would print 26.88).
@@ -26,13 +30,14 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 
-from r2med.datasets.catalog import catalog, dataset_names
+from r2med.datasets.catalog import dataset_names
 from r2med.errors import DamagedFileError, InvalidInputError, MissingResourceError, UsageError
 from r2med.manifest import MANIFEST_SUFFIX, read_result_file
+from r2med.reporting.columns import Breakdown, average_label, choose_datasets, dataset_of
 from r2med.reporting.official import display_name, normalise_metric, normalise_metrics, published_systems
 from r2med.reporting.paths import system_path
 from r2med.reporting.render import render_template
-from r2med.reporting.tables import csv_text, markdown_table, md_text, pct
+from r2med.reporting.tables import csv_text, markdown_table, md_label, md_text, pct
 
 logger = logging.getLogger(__name__)
 
@@ -57,13 +62,6 @@ class SystemResults:
     @property
     def name(self) -> str:
         return display_name(self.system)
-
-
-def _dataset_of(path: Path, record: dict) -> str | None:
-    for candidate in (path.stem, record.get("dataset_name")):
-        if isinstance(candidate, str) and candidate in catalog():
-            return catalog().canonical(candidate)
-    return None
 
 
 def _read_json(path: Path):
@@ -99,9 +97,9 @@ def discover(root: Path) -> list[SystemResults]:
         if not isinstance(record, dict) or not isinstance(record.get("test"), dict):
             logger.debug("%s: no 'test' object, not a result file; skipped", path)
             continue
-        dataset = _dataset_of(path, record)
+        dataset = dataset_of(path.stem, record.get("dataset_name"))
         if dataset is None:
-            logger.info("%s: not one of the R2MED datasets (%s); skipped", path, ", ".join(dataset_names()))
+            logger.debug("%s: not a result file name (<Dataset>.json); skipped", path)
             continue
         metrics = normalise_metrics(record["test"])
         bad = [k for k, v in metrics.items() if not math.isfinite(v)]
@@ -129,15 +127,21 @@ def paper_results() -> list[SystemResults]:
     return [SystemResults(p.path, PAPER, p.scores, note=p.note) for p in published_systems()]
 
 
+def _r2med_datasets() -> tuple[str, ...]:
+    return tuple(dataset_names())
+
+
 @dataclass(frozen=True)
 class Row:
-    """One leaderboard row: a system's values (0-1) of one metric on the datasets it has."""
+    """One leaderboard row: a system's values (0-1) of one metric on the datasets it has among ``datasets``,
+    the datasets the table shows (default R2MED's eight)."""
 
     system: str
     name: str
     source: str
     values: Mapping[str, float]
     note: str | None = None
+    datasets: tuple[str, ...] = field(default_factory=_r2med_datasets)
 
     @property
     def published(self) -> bool:
@@ -145,48 +149,64 @@ class Row:
 
     @property
     def coverage(self) -> int:
-        return sum(1 for ds in dataset_names() if ds in self.values)
+        return sum(1 for ds in self.datasets if ds in self.values)
 
     @property
     def complete(self) -> bool:
-        return self.coverage == len(dataset_names())
+        return self.coverage == len(self.datasets)
 
     @property
     def covered_mean(self) -> float | None:
         """Mean over the datasets it has (``None`` without any)."""
-        have = [self.values[ds] for ds in dataset_names() if ds in self.values]
+        have = [self.values[ds] for ds in self.datasets if ds in self.values]
         return exact_mean(have) if have else None
 
     @property
     def average(self) -> float | None:
-        """Mean over the 8 datasets; ``None`` unless the system has all 8."""
+        """Mean over the datasets shown; ``None`` unless the system has all of them."""
         return self.covered_mean if self.complete else None
 
 
-def build_rows(systems: Iterable[SystemResults], metric: str = "ndcg_at_10") -> list[Row]:
-    """Rows for ``metric``, complete systems first by average, then by coverage and covered mean.
+def held_datasets(systems: Iterable[SystemResults]) -> set[str]:
+    """The datasets a table of ``systems`` is about: those of the result directories' systems, or the paper's
+    when there are only published ones."""
+    systems = list(systems)
+    own = [s for s in systems if not s.published] or systems
+    return {ds for s in own for ds in s.scores}
+
+
+def build_rows(systems: Iterable[SystemResults], metric: str = "ndcg_at_10",
+               datasets: Sequence[str] | None = None) -> list[Row]:
+    """Rows for ``metric`` on the datasets shown (:func:`r2med.reporting.columns.choose_datasets` of the
+    datasets the systems hold and ``datasets``, the names asked for), complete systems first by average, then by
+    coverage and covered mean. A published row is cut to the datasets shown.
 
     >>> a = SystemResults("a", "dir", {"Biology": {"ndcg_at_10": 0.5}})
     >>> b = SystemResults("b", "dir", {"Biology": {"NDCG@10": 0.7}, "MedQA-Diag": {"ndcg_at_10": 0.1}})
     >>> [(r.system, r.coverage, round(r.covered_mean, 2), r.average) for r in build_rows([a, b])]
-    [('b', 2, 0.4, None), ('a', 1, 0.5, None)]
+    [('b', 2, 0.4, 0.4), ('a', 1, 0.5, None)]
+    >>> [(r.system, r.coverage, r.average, len(r.datasets)) for r in build_rows([a, b], datasets=["r2med"])]
+    [('b', 2, None, 8), ('a', 1, None, 8)]
     """
+    systems = list(systems)
     key = normalise_metric(metric)
+    shown = tuple(choose_datasets(held_datasets(systems), datasets))
     rows = []
     for s in systems:
-        values = {ds: normalise_metrics(m)[key] for ds, m in s.scores.items() if key in normalise_metrics(m)}
+        values = {ds: normalise_metrics(s.scores[ds])[key] for ds in shown
+                  if ds in s.scores and key in normalise_metrics(s.scores[ds])}
         if values:
-            rows.append(Row(s.system, s.name, s.source, values, s.note))
+            rows.append(Row(s.system, s.name, s.source, values, s.note, shown))
     return sorted(rows, key=lambda r: (-r.coverage, -(r.covered_mean or 0.0), r.system, r.source))
 
 
-def collect(result_dirs: Sequence[Path], *, with_paper: bool = False, metric: str = "ndcg_at_10") -> list[Row]:
-    """Leaderboard rows of ``result_dirs`` (and the paper's systems with ``with_paper``)."""
+def gather(result_dirs: Sequence[Path], *, with_paper: bool = False) -> list[SystemResults]:
+    """Every system under ``result_dirs`` (and the paper's with ``with_paper``); MissingResourceError when none."""
     systems: list[SystemResults] = []
     for root in result_dirs:
         found = discover(Path(root))
         if not found:
-            logger.warning("%s: no result files of the R2MED datasets found", root)
+            logger.warning("%s: no result files found (<Dataset>.json with a 'test' object)", root)
         systems.extend(found)
     if with_paper:
         systems.extend(paper_results())
@@ -195,11 +215,32 @@ def collect(result_dirs: Sequence[Path], *, with_paper: bool = False, metric: st
             "no results to show: give result directories (written by 'r2med run' or the official results/ tree) "
             "or --with-paper"
         )
-    rows = build_rows(systems, metric)
-    if not rows:
-        have = sorted({k for s in systems for m in s.scores.values() for k in normalise_metrics(m)})
+    return systems
+
+
+def rows_of(systems: Sequence[SystemResults], metric: str = "ndcg_at_10",
+            datasets: Sequence[str] | None = None) -> list[Row]:
+    """:func:`build_rows` with the errors a command gives: no such metric (UsageError), nothing on the datasets
+    asked for (MissingResourceError); a warning when the paper has nothing on the datasets shown."""
+    rows = build_rows(systems, metric, datasets)
+    key = normalise_metric(metric)
+    have = sorted({k for s in systems for m in s.scores.values() for k in normalise_metrics(m)})
+    if key not in have:
         raise UsageError(f"no result has the metric '{metric}'; available: {', '.join(have)}")
+    shown = choose_datasets(held_datasets(systems), datasets)
+    if not rows:
+        held = ", ".join(choose_datasets(held_datasets(systems), ["all"])) or "none"
+        raise MissingResourceError(f"no result has {key} on {', '.join(shown)}; the results hold: {held}")
+    if any(s.published for s in systems) and not any(r.published for r in rows):
+        logger.warning("the paper has no results on %s; the published systems are left out (their datasets: %s)",
+                       ", ".join(shown), ", ".join(dataset_names()))
     return rows
+
+
+def collect(result_dirs: Sequence[Path], *, with_paper: bool = False, metric: str = "ndcg_at_10",
+            datasets: Sequence[str] | None = None) -> list[Row]:
+    """Leaderboard rows of ``result_dirs`` (and the paper's systems with ``with_paper``) on the datasets shown."""
+    return rows_of(gather(result_dirs, with_paper=with_paper), metric, datasets)
 
 
 def exact_mean(values: Sequence[float]) -> float:
@@ -212,78 +253,114 @@ def exact_mean(values: Sequence[float]) -> float:
     return float(sum(exact) / len(exact))
 
 
-def board(rows: Sequence[Row], metric: str) -> dict:
-    """The table as plain data (what every format renders): headers, cells, best per column, notes."""
-    datasets = dataset_names()
-    columns: dict[str, list[float]] = {ds: [r.values[ds] for r in rows if ds in r.values] for ds in datasets}
-    columns["average"] = [r.average for r in rows if r.average is not None]
-    best = {col: max(vals) for col, vals in columns.items() if vals}
+def shown_datasets(rows: Sequence[Row]) -> tuple[str, ...]:
+    """The datasets a table of ``rows`` shows (R2MED's eight for no rows)."""
+    return rows[0].datasets if rows else _r2med_datasets()
+
+
+def board(rows: Sequence[Row], metric: str, breakdown: Breakdown | None = None) -> dict:
+    """The table as plain data (what every format renders): headers, cells, best per column, notes.
+
+    The value columns are the datasets shown, or with ``breakdown`` its groups (tasks, body systems); the
+    average and the coverage are always over the datasets shown.
+    """
+    datasets = shown_datasets(rows)
+    columns = list(breakdown.columns) if breakdown else list(datasets)
+
+    def values(row: Row) -> Mapping[str, float]:
+        return breakdown.values.get((row.system, row.source), {}) if breakdown else row.values
+
+    best = {c: max(vals) for c in columns if (vals := [values(r)[c] for r in rows if c in values(r)])}
+    best_average = max((r.average for r in rows if r.average is not None), default=None)
     body = []
     for rank, row in enumerate(rows, start=1):
-        cells = [(pct(row.values.get(ds)), ds in row.values and row.values[ds] == best.get(ds)) for ds in datasets]
-        cells.append((pct(row.average), row.average is not None and row.average == best.get("average")))
+        have = values(row)
+        cells = [(pct(have.get(c)), c in have and have[c] == best.get(c)) for c in columns]
+        cells.append((pct(row.average), row.average is not None and row.average == best_average))
         body.append({"rank": rank, "name": row.name, "system": row.system, "source": row.source,
                      "published": row.published, "cells": cells, "coverage": f"{row.coverage}/{len(datasets)}",
                      "complete": row.complete, "covered_mean": pct(row.covered_mean)})
     shown_notes = {f"{r.name} ({r.source})": r.note for r in rows if r.note}
-    return {"metric": normalise_metric(metric), "datasets": datasets, "rows": body, "notes": shown_notes}
+    return {"metric": normalise_metric(metric), "datasets": list(datasets), "columns": columns,
+            "by": breakdown.by if breakdown else "dataset", "average_label": average_label(datasets),
+            "rows": body, "notes": shown_notes}
 
 
-def legend_text(metric: str) -> str:
+def legend_text(metric: str, datasets: Sequence[str] | None = None, breakdown: Breakdown | None = None) -> str:
     """What the table's columns mean (printed under every format that has room for it)."""
-    return (f"{metric} x100. Avg: mean over the 8 datasets, only for systems with all 8; "
-            "coverage n/8 counts the datasets a system has ('-' = no result). source 'paper' = published numbers.")
+    shown = list(dataset_names() if datasets is None else datasets)
+    n = len(shown)
+    if shown == dataset_names():
+        over = "the 8 datasets, only for systems with all 8"
+    else:
+        over = f"the {n} dataset{'' if n == 1 else 's'} shown ({', '.join(shown)}), only for systems with all of them"
+    text = (f"{metric} x100. {average_label(shown)}: mean over {over}; coverage n/{n} counts the datasets a system "
+            "has ('-' = no result). source 'paper' = published numbers.")
+    return f"{breakdown.legend} {text}" if breakdown else text
 
 
-def to_markdown(rows: Sequence[Row], metric: str) -> str:
+def _legend(data: dict, breakdown: Breakdown | None) -> str:
+    return legend_text(data["metric"], data["datasets"], breakdown)
+
+
+def to_markdown(rows: Sequence[Row], metric: str, breakdown: Breakdown | None = None) -> str:
     """The table in Markdown; names, paths, sources and notes are HTML-escaped (:func:`md_text`)."""
-    data = board(rows, metric)
-    headers = ["#", "system", "path", "source", *data["datasets"], "Avg", "coverage"]
+    data = board(rows, metric, breakdown)
+    headers = ["#", "system", "path", "source", *(md_label(c) for c in data["columns"]), data["average_label"], "coverage"]
     body = [[r["rank"], md_text(r["name"]), md_text(r["system"]), md_text(r["source"]), *[c for c, _ in r["cells"]],
              r["coverage"]] for r in data["rows"]]
-    right = [True, False, False, False] + [True] * (len(data["datasets"]) + 2)
-    lines = [markdown_table(headers, body, align_right=right), "", legend_text(data["metric"])]
+    right = [True, False, False, False] + [True] * (len(data["columns"]) + 2)
+    lines = [markdown_table(headers, body, align_right=right), "", md_label(_legend(data, breakdown))]
     lines += [f"Note, {md_text(who)}: {md_text(text)}" for who, text in data["notes"].items()]
     return "\n".join(lines)
 
 
-def to_csv(rows: Sequence[Row], metric: str) -> str:
+def to_csv(rows: Sequence[Row], metric: str, breakdown: Breakdown | None = None) -> str:
     """The table as CSV (:func:`csv_text`): formula-looking text made inert, numbers kept, RFC 4180 quoting."""
-    data = board(rows, metric)
-    table: list[list[object]] = [["rank", "system", "path", "source", *data["datasets"], "average", "coverage"]]
+    data = board(rows, metric, breakdown)
+    table: list[list[object]] = [["rank", "system", "path", "source", *data["columns"], "average", "coverage"]]
     for r in data["rows"]:
         table.append([r["rank"], r["name"], r["system"], r["source"], *[("" if c == "-" else c) for c, _ in r["cells"]],
                       r["coverage"]])
     return csv_text(table)
 
 
-def to_json(rows: Sequence[Row], metric: str) -> str:
-    """Unrounded values (0-1) per row; ``average`` is null for incomplete systems."""
-    payload = {
+def to_json(rows: Sequence[Row], metric: str, breakdown: Breakdown | None = None) -> str:
+    """Unrounded values (0-1) per row; ``average`` (over the datasets shown) is null for incomplete systems; with a
+    breakdown, ``groups`` holds each row's group values and ``members`` what each group holds."""
+    datasets = shown_datasets(rows)
+    payload: dict = {
         "metric": normalise_metric(metric),
-        "datasets": dataset_names(),
+        "datasets": list(datasets),
+        "average_over": list(datasets),
         "rows": [
             {"system": r.system, "name": r.name, "source": r.source, "published": r.published,
-             "values": {ds: r.values.get(ds) for ds in dataset_names()}, "average": r.average,
+             "values": {ds: r.values.get(ds) for ds in datasets}, "average": r.average,
              "coverage": r.coverage, "covered_mean": r.covered_mean, "note": r.note}
             for r in rows
         ],
     }
+    if breakdown:
+        payload.update(by=breakdown.by, groups=list(breakdown.columns),
+                       members={c: list(m) for c, m in breakdown.members.items()}, legend=breakdown.legend)
+        for out, r in zip(payload["rows"], rows):
+            have = breakdown.values.get((r.system, r.source), {})
+            out["groups"] = {c: have.get(c) for c in breakdown.columns}
     return json.dumps(payload, indent=2, ensure_ascii=False)
 
 
 def _template(name: str):
     """A formatter that renders the ``board`` through a packaged template (jinja2, the ``report`` extra)."""
 
-    def render(rows: Sequence[Row], metric: str) -> str:
-        data = board(rows, metric)
-        return render_template(name, board=data, legend=legend_text(data["metric"]))
+    def render(rows: Sequence[Row], metric: str, breakdown: Breakdown | None = None) -> str:
+        data = board(rows, metric, breakdown)
+        return render_template(name, board=data, legend=_legend(data, breakdown))
 
     return render
 
 
-#: Format name -> formatter ``(rows, metric) -> text``; the order is the one ``--format`` lists.
-FORMATTERS: dict[str, Callable[[Sequence[Row], str], str]] = {
+#: Format name -> formatter ``(rows, metric, breakdown) -> text``; the order is the one ``--format`` lists.
+FORMATTERS: dict[str, Callable[..., str]] = {
     "md": to_markdown,
     "csv": to_csv,
     "latex": _template("leaderboard.tex.j2"),
@@ -293,9 +370,11 @@ FORMATTERS: dict[str, Callable[[Sequence[Row], str], str]] = {
 FORMATS = tuple(FORMATTERS)
 
 
-def format_leaderboard(rows: Sequence[Row], fmt: str = "md", *, metric: str = "ndcg_at_10") -> str:
-    """Render ``rows`` as ``md``, ``csv``, ``latex``, ``html`` (a standalone page) or ``json``."""
+def format_leaderboard(rows: Sequence[Row], fmt: str = "md", *, metric: str = "ndcg_at_10",
+                       breakdown: Breakdown | None = None) -> str:
+    """Render ``rows`` as ``md``, ``csv``, ``latex``, ``html`` (a standalone page) or ``json``; with ``breakdown``
+    its groups are the value columns."""
     formatter = FORMATTERS.get(fmt)
     if formatter is None:
         raise UsageError(f"unknown format '{fmt}'; valid: {', '.join(FORMATS)}")
-    return formatter(rows, metric)
+    return formatter(rows, metric, breakdown)

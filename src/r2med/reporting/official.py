@@ -166,6 +166,16 @@ def published(path: str) -> PublishedSystem:
     return _registry().get(path.strip("/"))
 
 
+def official_tree_extras() -> frozenset[str]:
+    """Collections outside the benchmark whose result files the official results/ tree keeps beside some systems
+    (``BEIR_NFCorpus.json``, the authors' check on BEIR's NFCorpus): left out of tables unless asked for.
+
+    >>> sorted(official_tree_extras())
+    ['BEIR_NFCorpus']
+    """
+    return frozenset(_data()["official_tree"].get("other_collections", ()))
+
+
 def notes() -> dict[str, str]:
     """Notes on particular published numbers (path -> text)."""
     return dict(_data().get("notes", {}))

@@ -1,12 +1,14 @@
-"""A self-contained HTML report: leaderboard with bars, per-query wins/losses, per-query drill-down.
+"""A self-contained HTML report: leaderboard with bars, by task and body system, per-query wins/losses, drill-down.
 
 The page is one file with no external resource and no script: the plots are matplotlib SVGs
 inlined in the page, the page is rendered by jinja2 with autoescaping, so every text that comes
 from data (query and document texts, expansions, system and file names) is shown as text. A
 Content-Security-Policy meta tag forbids scripts and network requests as a second line.
 
-The drill-down needs the datasets' texts and judgements: from ``data_dir`` or the hub cache under
-R2MED_HOME (never downloaded here). Without them the runs' document ids and scores are shown and
+The leaderboard shows the datasets the results hold, any collection (``r2med.reporting.columns``); below it
+the same rows by R2MED task and, where the query files carry it, by body system (``r2med.reporting.breakdown``;
+a note says why a breakdown is missing). The drill-down needs the datasets' texts and judgements: from
+``data_dir`` or the hub cache under R2MED_HOME (never downloaded here; other collections need ``data_dir``). Without them the runs' document ids and scores are shown and
 a note says what to pass. A GAR system's expansion is read from the official local layout,
 ``<dataset dir>/<method>/<llm>/query_with_hydoc.jsonl``, else from where r2med writes generated ones
 (``$R2MED_HOME/expansions/<Dataset>/<method>/<llm>/``). An agent system's trajectory (``r2med agent``: its
@@ -16,7 +18,6 @@ result set's manifest first; a missing or damaged file is named in a note and no
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 from collections.abc import Callable, Sequence
@@ -24,9 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from r2med.errors import InvalidInputError, MissingExtraError, MissingResourceError, R2MedError, UsageError
+from r2med.errors import InvalidInputError, MissingResourceError, R2MedError, UsageError
+from r2med.reporting.breakdown import by_body_system, by_task, dataset_dir, task_members
 from r2med.reporting.compare import SystemSource, compare_systems, comparison_rows
-from r2med.reporting.leaderboard import Row, SystemResults, board, build_rows, discover, legend_text, paper_results
+from r2med.reporting.leaderboard import Row, SystemResults, board, discover, legend_text, paper_results, rows_of
+from r2med.reporting.plots import leaderboard_svg, win_loss_svg
 from r2med.reporting.render import render_template
 from r2med.reporting.tables import pct
 from r2med.settings import Settings, get_settings
@@ -35,71 +38,6 @@ logger = logging.getLogger(__name__)
 
 #: the official expansion file's name (``<dataset dir>/<method>/<llm>/query_with_hydoc.jsonl``)
 EXPANSION_FILE = "query_with_hydoc.jsonl"
-
-def _figure(width: float, height: float):
-    try:
-        from matplotlib.figure import Figure
-    except ImportError:
-        raise MissingExtraError("matplotlib", "report", "the report's plots") from None
-    return Figure(figsize=(width, height), layout="constrained")
-
-
-def figure_svg(fig, salt: str):
-    """An inline ``<svg>`` element of a matplotlib figure (text kept as escaped text, no date), as
-    ``markupsafe.Markup`` so that the page's autoescaping inserts it as markup."""
-    import matplotlib
-    from markupsafe import Markup
-
-    buffer = io.StringIO()
-    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": salt}):
-        fig.savefig(buffer, format="svg", metadata={"Date": None}, bbox_inches="tight")
-    text = buffer.getvalue()
-    return Markup(text[text.index("<svg"):])  # matplotlib escapes every text it writes into the SVG
-
-
-def leaderboard_svg(rows: Sequence[Row], datasets: Sequence[str]):
-    """One horizontal bar panel per dataset and for the average (x100); published rows grey."""
-    labels = [f"{r.name} [paper]" if r.published else r.system for r in rows]
-    columns = [*datasets, "Avg"]
-    table = [[(r.average if column == "Avg" else r.values.get(column)) for r in rows] for column in columns]
-    top = max([100 * v for values in table for v in values if v is not None] + [1.0]) * 1.2
-    fig = _figure(15, 3 * (0.9 + 0.24 * len(rows)))
-    axes = fig.subplots(3, 3, sharey=True, sharex=True).ravel()
-    positions = list(range(len(rows)))
-    colors = ["#9e9e9e" if r.published else "#1f77b4" for r in rows]
-    for ax, column, values in zip(axes, columns, table):
-        ax.barh(positions, [100 * v if v is not None else 0 for v in values], color=colors)
-        for y, v in zip(positions, values):
-            ax.text((100 * v if v is not None else 0) + top / 100, y, pct(v) if v is not None else "n/a",
-                    va="center", fontsize=7)
-        ax.set_title(column, fontsize=10)
-        ax.set_yticks(positions, labels, fontsize=8)
-        ax.grid(axis="x", alpha=0.3)
-    axes[0].set_xlim(0, top)
-    axes[0].invert_yaxis()  # the axes share y: the best system on top in every panel
-    return figure_svg(fig, "leaderboard")
-
-
-def win_loss_svg(comparison):
-    """Per tested dataset, each query's A - B (x100), sorted: wins green, losses red."""
-    tested = [r for r in comparison.datasets if r.test is not None]
-    cols = min(4, len(tested))
-    rows_n = -(-len(tested) // cols)
-    fig = _figure(4 * cols, 2.6 * rows_n)
-    axes = fig.subplots(rows_n, cols, squeeze=False).ravel()
-    for ax, r in zip(axes, tested):
-        diffs = sorted((100 * d for _, d in r.diffs), reverse=True)
-        colors = ["#2ca02c" if d > 0 else "#d62728" if d < 0 else "#9e9e9e" for d in diffs]
-        ax.bar(range(len(diffs)), diffs, width=1.0, color=colors)
-        ax.axhline(0, color="black", linewidth=0.6)
-        t = r.test
-        ax.set_title(f"{r.dataset}: {t.wins}/{t.ties}/{t.losses}, p={t.permutation_p:.3g}", fontsize=9)
-        ax.set_xlabel("queries (sorted)", fontsize=8)
-        ax.set_ylabel("A - B (x100)", fontsize=8)
-    for ax in axes[len(tested):]:
-        ax.set_visible(False)
-    return figure_svg(fig, "winloss")
-
 
 @dataclass(frozen=True)
 class ReportOptions:
@@ -116,6 +54,7 @@ class ReportOptions:
     max_queries: int | None = None
     n_resamples: int = 10000
     seed: int = 0
+    datasets: tuple[str, ...] | None = None
 
 
 def _has_per_query(s: SystemResults) -> bool:
@@ -130,23 +69,6 @@ def _pick(systems: dict[str, SystemResults], rows: Sequence[Row], wanted: str | 
         return key
     ranked = [r.system for r in rows if not r.published and r.system in systems]
     return next((s for s in ranked if s != skip and _has_per_query(systems[s])), None)
-
-
-def _dataset_dir(name: str, data_dir: Path | None, settings: Settings) -> tuple[Path | None, str | None]:
-    from r2med.datasets.catalog import get_spec
-    from r2med.datasets.hub import cache_dir, is_cached
-    from r2med.datasets.loading import local_dataset_dirs
-
-    if data_dir is not None:
-        try:
-            return local_dataset_dirs(Path(data_dir), [name])[0][1], None
-        except MissingResourceError as exc:
-            return None, f"texts and judgements not shown: {exc}"
-    spec = get_spec(name)
-    if is_cached(spec, settings):
-        return cache_dir(spec, settings), None
-    return None, (f"texts and judgements not shown: {name} is neither under --data-dir nor in the cache "
-                  f"({cache_dir(spec, settings)}); pass --data-dir or run 'r2med datasets download {name}'")
 
 
 def _read_rows(path: Path, what: str, pick: Callable[[Any], tuple[str, Any] | None], expected: str) -> dict[str, Any]:
@@ -310,7 +232,8 @@ def _drill_dataset(dataset: str, picks: list[tuple[str, SystemResults]], options
     from r2med.store.runs import read_run
 
     notes: list[str] = []
-    folder, note = _dataset_dir(dataset, options.data_dir, settings)
+    folder, why = dataset_dir(dataset, options.data_dir, settings)
+    note = f"texts and judgements not shown: {why}" if why else None
     if note:  # the page says it too; a page with empty text columns must not come without a word
         logger.warning("%s: %s", dataset, note)
     data = load_dir(folder, dataset) if folder is not None else None
@@ -333,6 +256,7 @@ def _drill_dataset(dataset: str, picks: list[tuple[str, SystemResults]], options
     if options.max_queries is not None:
         qids = qids[: options.max_queries]
     queries = []
+    absent: set[str] = set()  # documents of the runs that the dataset's corpus does not hold: no text to show
     for qid in qids:
         judged = data.qrels.get(qid, {}) if data else {}
         systems = []
@@ -342,6 +266,8 @@ def _drill_dataset(dataset: str, picks: list[tuple[str, SystemResults]], options
                 rel = judged.get(docid) if data else None
                 mark, css = ("?", "unjudged") if rel is None else ((f"\u2713 {rel}", "rel") if rel > 0 else ("\u2717", "nonrel"))
                 text = data.corpus.get(docid, "") if data else ""
+                if data and docid not in data.corpus:
+                    absent.add(docid)
                 if len(text) > options.max_doc_chars:
                     text = text[: options.max_doc_chars] + " \u2026"
                 docs.append({"rank": rank, "docid": docid, "score": f"{score:.4f}", "mark": mark, "css": css, "text": text})
@@ -364,12 +290,19 @@ def _drill_dataset(dataset: str, picks: list[tuple[str, SystemResults]], options
         text = (data.queries.get(qid, "") if data else "") or "(query text not available)"
         queries.append({"qid": qid, "text": text, "systems": systems, "diff": diff,
                         "diff_text": None if diff is None else f"{100 * diff:+.2f}"})
+    if absent:
+        missing = (f"{len(absent)} documents of the runs are not in the corpus of {dataset} ({folder}), so their text is "
+                   f"empty (e.g. {', '.join(sorted(absent)[:3])}); is --data-dir the collection the runs searched?")
+        logger.warning("%s: %s", dataset, missing)
+        notes.append(missing)
     return {"dataset": dataset, "notes": notes, "queries": queries}
 
 
 def _names_of(dataset: str) -> set[str]:
-    from r2med.datasets.catalog import get_spec
+    from r2med.datasets.catalog import catalog, get_spec
 
+    if dataset not in catalog():
+        return {dataset.lower()}
     spec = get_spec(dataset)
     return {n.lower() for n in (spec.name, *spec.aliases)}
 
@@ -377,22 +310,26 @@ def _names_of(dataset: str) -> set[str]:
 def build_report(result_dir: Path, options: ReportOptions = ReportOptions(), *, settings: Settings | None = None) -> str:
     """The report page (HTML text) for the systems under ``result_dir``."""
     from r2med import __version__
-    from r2med.datasets.catalog import dataset_names
 
     settings = settings or get_settings()
     found = discover(Path(result_dir))
     if not found:
-        raise MissingResourceError(f"{result_dir}: no result files of the R2MED datasets found")
+        raise MissingResourceError(f"{result_dir}: no result files found (<Dataset>.json with a 'test' object)")
     systems = {s.system: s for s in found}
-    rows = build_rows(found + (paper_results() if options.with_paper else []), options.metric)
+    rows = rows_of(found + (paper_results() if options.with_paper else []), options.metric, options.datasets)
     data = board(rows, options.metric)
     a = _pick(systems, rows, options.system_a, None)
     b = _pick(systems, rows, options.system_b, a) if a is not None else None
     comparison, comparison_note, diffs = None, "", {}
+    cmp = None
     if a is not None and b is not None:
-        cmp = compare_systems(SystemSource(a, a, directory=systems[a].directory),
-                              SystemSource(b, b, directory=systems[b].directory),
-                              metric=options.metric, n_resamples=options.n_resamples, seed=options.seed)
+        try:
+            cmp = compare_systems(SystemSource(a, a, directory=systems[a].directory),
+                                  SystemSource(b, b, directory=systems[b].directory), datasets=data["datasets"],
+                                  metric=options.metric, n_resamples=options.n_resamples, seed=options.seed)
+        except MissingResourceError as exc:  # A and B share no dataset
+            comparison_note = str(exc)
+    if cmp is not None:
         headers, body = comparison_rows(cmp)
         diffs = {r.dataset: dict(r.diffs) for r in cmp.datasets}
         has_tests = any(r.test for r in cmp.datasets)
@@ -401,22 +338,47 @@ def build_report(result_dir: Path, options: ReportOptions = ReportOptions(), *, 
                       "legend": f"{cmp.metric} x100; perm p: paired randomization test ({options.n_resamples} resamples, "
                                 f"seed {options.seed}); Holm p: adjusted over the datasets tested; CI: paired bootstrap "
                                 "(BCa); W/T/L: queries where A is above/equal/below B."}
-    else:
+    elif not comparison_note:
         comparison_note = ("A per-query comparison needs two systems with per-query files (<Dataset>.per_query.jsonl, "
                            "written by 'r2med run') in the result directory.")
     picks = [(name, systems[name]) for name in (a, b) if name is not None]
     drill = []
-    for dataset in dataset_names():
+    for dataset in data["datasets"]:
         if any(dataset in s.files for _, s in picks):
             try:
                 drill.append(_drill_dataset(dataset, picks, options, settings, diffs.get(dataset, {})))
             except R2MedError as exc:
+                logger.warning("%s: drill-down not available: %s", dataset, exc)  # said on the page too
                 drill.append({"dataset": dataset, "notes": [f"drill-down not available: {exc}"], "queries": []})
     return render_template(
         "report.html.j2", title=Path(result_dir).name or str(result_dir), source=str(result_dir), version=__version__,
-        board=data, legend=legend_text(data["metric"]), bars_svg=leaderboard_svg(rows, data["datasets"]),
-        comparison=comparison, comparison_note=comparison_note, drill=drill,
+        board=data, legend=legend_text(data["metric"], data["datasets"]),
+        bars_svg=leaderboard_svg(rows, data["datasets"], data["average_label"]),
+        breakdowns=_breakdowns(rows, found, options, settings), comparison=comparison,
+        comparison_note=comparison_note, drill=drill,
     )
+
+
+def _breakdowns(rows: Sequence[Row], found: Sequence[SystemResults], options: ReportOptions,
+                settings: Settings) -> list[dict]:
+    """The report's tables by task and by body system: ``{"title", "id", "board", "legend", "note"}`` each, a note
+    (and no board) saying why one cannot be shown."""
+    out = []
+    for title, by in (("By task", "task"), ("By body system", "body-system")):
+        section = {"title": title, "id": f"by-{by}", "board": None, "legend": "", "note": ""}
+        try:
+            if by == "task" and not task_members(rows[0].datasets):
+                raise MissingResourceError("no R2MED dataset shown: only R2MED's datasets have a task")
+            breakdown = by_task(rows) if by == "task" else by_body_system(
+                rows, found, metric=options.metric, data_dir=options.data_dir, settings=settings)
+        except (MissingResourceError, InvalidInputError) as exc:
+            section["note"] = f"{title.lower()}: not shown: {str(exc).removeprefix(f'--by {by}: ')}"
+            out.append(section)
+            continue
+        data = board(rows, options.metric, breakdown)
+        section.update(board=data, legend=legend_text(data["metric"], data["datasets"], breakdown))
+        out.append(section)
+    return out
 
 
 def write_report(result_dir: Path, output: Path, options: ReportOptions = ReportOptions(), *,

@@ -6,7 +6,8 @@
   not a formula, and is left as it is, so signed differences stay numbers.
 - Markdown (:func:`md_text`): names and paths written into Markdown have ``&``, ``<`` and ``>``
   escaped, so raw HTML in a system name shows as text instead of running in a rendered page;
-  :func:`markdown_table` escapes ``|`` in every cell, so a name cannot add a column.
+  :func:`markdown_table` escapes ``|`` in every cell, so a name cannot add a column. Headers and legends
+  that may hold a dataset's name (:func:`md_label`) have ``<`` and ``>`` escaped.
 """
 
 from __future__ import annotations
@@ -58,6 +59,16 @@ def md_text(value: object) -> str:
     '&lt;script&gt;alert(1)&lt;/script&gt; &amp; co'
     """
     return html.escape(str(value), quote=False)
+
+
+def md_label(value: object) -> str:
+    """A header or legend for Markdown: ``<`` and ``>`` escaped, so no HTML tag can form, and ``&`` kept, so a
+    label such as ``Q&A reference retrieval`` reads as written (an entity renders as text, never as markup).
+
+    >>> md_label("Q&A <b>x</b>")
+    'Q&A &lt;b&gt;x&lt;/b&gt;'
+    """
+    return str(value).replace("<", "&lt;").replace(">", "&gt;")
 
 
 def pct(value: float | None) -> str:

@@ -9,12 +9,16 @@ never loads it.
 
 from __future__ import annotations
 
+import json
 import logging
+import struct
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from r2med.errors import InvalidInputError, UsageError
 from r2med.hf import (
+    adapter_kwargs,
     check_model_exists,
     dtype_kwargs,
     effective_dtype,
@@ -47,6 +51,85 @@ def check_classification_head(architectures: Sequence[str] | None, model: str) -
         )
 
 
+def model_dir(model: str, revision: str | None = None) -> Path | None:
+    """The directory holding ``model``'s files: the path itself, or the hub cache's snapshot (None if neither)."""
+    path = Path(model).expanduser()
+    if path.is_dir():
+        return path
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(model, "config.json", revision=revision)
+    except ValueError:  # not a valid hub id
+        return None
+    return Path(cached).parent if isinstance(cached, str) else None
+
+
+def checkpoint_keys(folder: Path) -> set[str] | None:
+    """The names of the tensors a checkpoint directory stores, read without loading a weight: the index of a
+    sharded checkpoint, the headers of ``*.safetensors`` files, or the keys of ``pytorch_model.bin`` (memory-mapped).
+    None when the folder holds no checkpoint in these formats (nothing can be said then)."""
+    for index in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
+        if (folder / index).is_file():
+            return set(json.loads((folder / index).read_text(encoding="utf-8")).get("weight_map", {}))
+    tensors = sorted(folder.glob("*.safetensors"))
+    if tensors:
+        keys: set[str] = set()
+        for path in tensors:
+            with path.open("rb") as handle:
+                (size,) = struct.unpack("<Q", handle.read(8))
+                keys |= set(json.loads(handle.read(size))) - {"__metadata__"}
+        return keys
+    if (folder / "pytorch_model.bin").is_file():
+        torch = require("torch", "rerank")
+        try:
+            state = torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True, mmap=True)
+        except (RuntimeError, OSError, ValueError):  # an old (non-zip) file cannot be memory-mapped
+            return None
+        return set(state)
+    return None
+
+
+def missing_head_weights(head: Sequence[str], stored: set[str]) -> list[str]:
+    """The classification-head parameters ``head`` (names in the model) that checkpoint keys ``stored`` lack.
+
+    A key may carry a prefix (``model.classifier.weight``) or an old TensorFlow name (``gamma``/``beta`` for
+    ``weight``/``bias``).
+
+    >>> missing_head_weights(["classifier.weight", "classifier.bias"], {"bert.pooler.dense.weight"})
+    ['classifier.weight', 'classifier.bias']
+    >>> missing_head_weights(["classifier.dense.weight"], {"roberta.x", "classifier.dense.weight"})
+    []
+    """
+    legacy = {"weight": "gamma", "bias": "beta"}
+
+    def present(name: str) -> bool:
+        base, _, leaf = name.rpartition(".")
+        names = {name} | ({f"{base}.{legacy[leaf]}"} if leaf in legacy else set())
+        return any(key in names or any(key.endswith("." + n) for n in names) for key in stored)
+
+    return [name for name in head if not present(name)]
+
+
+def check_head_weights(hf_model: Any, model: str, revision: str | None = None) -> None:
+    """Refuse (exit 5) a model whose checkpoint does not hold the weights of its classification head: transformers
+    initialised them at random, so its scores would change on every run. Passes when the checkpoint cannot be read."""
+    folder = model_dir(model, revision)
+    stored = checkpoint_keys(folder) if folder is not None else None
+    prefix = str(getattr(hf_model, "base_model_prefix", "") or "")
+    if stored is None or not prefix:
+        logger.debug("%s: the checkpoint's tensor names could not be read; its classification head is not checked", model)
+        return
+    head = [name for name, _ in hf_model.named_parameters() if not name.startswith(prefix + ".")]
+    missing = missing_head_weights(head, stored)
+    if missing:
+        raise InvalidInputError(
+            f"{model} has no trained classification head: its checkpoint holds no {', '.join(missing)} (transformers "
+            "would initialise them at random, and the scores would change on every run); use a cross-encoder such as "
+            "bge-reranker or monobert, or a checkpoint saved with its classification head"
+        )
+
+
 class CrossEncoderScorer:
     """A ``PairScorer`` over ``sentence_transformers.CrossEncoder``.
 
@@ -65,11 +148,11 @@ class CrossEncoderScorer:
         score_column: int | None = None,
         trust_remote_code: bool = False,
     ) -> None:
-        require("torch", "rerank")
-        require("sentence_transformers", "rerank")
         if max_length is not None and max_length < 1:
             raise UsageError(f"max length must be positive, got {max_length}")
-        check_model_exists(model)
+        check_model_exists(model, revision)  # before torch is imported: an unreachable hub fails at once
+        require("torch", "rerank")
+        require("sentence_transformers", "rerank")
         self.model_id = model
         self.max_length = max_length
         self.revision = revision
@@ -94,20 +177,26 @@ class CrossEncoderScorer:
         """The loaded ``CrossEncoder`` (loaded once)."""
         if self._model is None:
             st = require("sentence_transformers", "rerank")
-            kwargs: dict[str, Any] = {"device": self.device, "trust_remote_code": self.trust_remote_code, **hub_kwargs(self.revision)}
+            hub = hub_kwargs(self.revision, self.model_id)
+            kwargs: dict[str, Any] = {"device": self.device, "trust_remote_code": self.trust_remote_code, **hub}
             if self.max_length is not None:
                 kwargs["max_length"] = self.max_length
-            if self.dtype != "float32":
-                kwargs["model_kwargs"] = dtype_kwargs(self.dtype)
+            model_kwargs = {**adapter_kwargs(hub), **(dtype_kwargs(self.dtype) if self.dtype != "float32" else {})}
+            if model_kwargs:
+                kwargs["model_kwargs"] = model_kwargs
             logger.info("loading cross-encoder %s on %s (%s, max length %s)", self.model_id, self.device, self.dtype, self.max_length)
             transformers = require("transformers", "rerank")
             try:
                 config = transformers.AutoConfig.from_pretrained(self.model_id, trust_remote_code=self.trust_remote_code,
-                                                                 **hub_kwargs(self.revision))
+                                                                 **hub)
                 check_classification_head(getattr(config, "architectures", None), self.model_id)
                 model = st.CrossEncoder(self.model_id, **kwargs)
             except OSError as exc:
                 raise load_error(self.model_id, exc) from exc
+            hf_model = getattr(model, "transformers_model", None)  # sentence-transformers 6; .model before
+            hf_model = getattr(model, "model", None) if hf_model is None else hf_model
+            if hf_model is not None:
+                check_head_weights(hf_model, self.model_id, self.revision)
             model.eval()
             self._model = model
         return self._model

@@ -19,6 +19,7 @@ from typing import Any
 
 from r2med.errors import UsageError
 from r2med.hf import (
+    adapter_kwargs,
     check_model_exists,
     dtype_kwargs,
     effective_dtype,
@@ -62,14 +63,14 @@ class RankLlamaScorer:
         revision: str | None = None,
         base_revision: str | None = None,
     ) -> None:
+        if max_length < 8:
+            raise UsageError(f"max length must be at least 8 tokens, got {max_length}")
+        check_model_exists(adapter, revision)  # before torch is imported: an unreachable hub fails at once
+        if base_model is not None:
+            check_model_exists(base_model, base_revision)
         require("torch", "rerank")
         require("transformers", "rerank")
         require("peft", "rerank", "RankLLaMA (a LoRA adapter)")
-        if max_length < 8:
-            raise UsageError(f"max length must be at least 8 tokens, got {max_length}")
-        check_model_exists(adapter)
-        if base_model is not None:
-            check_model_exists(base_model)
         self.adapter = adapter
         self.base_model = base_model
         self.max_length = max_length
@@ -84,7 +85,7 @@ class RankLlamaScorer:
         if self.base_model is None:
             peft = require("peft", "rerank")
             try:
-                config = peft.PeftConfig.from_pretrained(self.adapter, **hub_kwargs(self.revision))
+                config = peft.PeftConfig.from_pretrained(self.adapter, **hub_kwargs(self.revision, self.adapter))
             except (OSError, ValueError) as exc:
                 raise load_error(self.adapter, exc) from exc
             if not config.base_model_name_or_path:
@@ -111,13 +112,15 @@ class RankLlamaScorer:
             transformers = require("transformers", "rerank")
             peft = require("peft", "rerank")
             base = self._base()
+            check_model_exists(base, self.base_revision)  # the base named by the adapter: cached, or the hub there
             logger.info("loading RankLLaMA %s on %s (%s) on %s, %s", self.adapter, base, self.device, self.dtype, self.max_length)
             try:
-                tokenizer = transformers.AutoTokenizer.from_pretrained(base, **hub_kwargs(self.base_revision))
+                base_hub = hub_kwargs(self.base_revision, base)
+                tokenizer = transformers.AutoTokenizer.from_pretrained(base, **base_hub)
                 model = transformers.AutoModelForSequenceClassification.from_pretrained(
-                    base, num_labels=1, **hub_kwargs(self.base_revision), **dtype_kwargs(self.dtype)
+                    base, num_labels=1, **base_hub, **adapter_kwargs(base_hub), **dtype_kwargs(self.dtype)
                 )
-                model = peft.PeftModel.from_pretrained(model, self.adapter, **hub_kwargs(self.revision))
+                model = peft.PeftModel.from_pretrained(model, self.adapter, **hub_kwargs(self.revision, self.adapter))
             except OSError as exc:
                 raise load_error(self.adapter, exc) from exc
             model = model.merge_and_unload()

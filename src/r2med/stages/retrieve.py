@@ -78,6 +78,8 @@ class Retrieve:
                 "method": self.expansion.method, "llm": self.expansion.llm, "file": str(path),
                 "sha256": file_sha256(path), "answer_policy": self.expansion.policy,
                 "bm25_composition": self.expansion.composition,
+                # a plain model's text is used byte for byte (older results stripped it under "fallback")
+                "plain_text": "byte-exact",
             }
         return config
 

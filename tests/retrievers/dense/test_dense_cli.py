@@ -42,7 +42,10 @@ def test_local_model_directory_end_to_end(cli, tmp_path, isolated_home):
             "--query-instruction", "query: ", "--doc-instruction", "passage: ")
     first = cli(*args, "--output", tmp_path / "a")
     assert first.code == 0, first.err
-    out = tmp_path / "a" / "base retriever" / "tiny-bert"
+    from r2med.retrievers.registry import system_name
+
+    out = tmp_path / "a" / "base retriever" / system_name(str(model))  # tiny-bert-<8 hex of its path's sha256>
+    assert out.name.startswith("tiny-bert-")
     assert (out / "tiny.json").is_file() and (out / "tiny.run").is_file()
     assert len(list((isolated_home / "embeddings").iterdir())) == 2  # documents and queries
     second = cli(*args, "--output", tmp_path / "b")

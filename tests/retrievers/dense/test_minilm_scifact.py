@@ -3,9 +3,12 @@ gives MTEB's published nDCG@10 (0.6451), and a second identical run encodes noth
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
-from conftest import shared_path
+from conftest import DATA, shared_path
+from r2med.retrievers.registry import system_name
 
 pytest.importorskip("torch")
 pytest.importorskip("sentence_transformers")
@@ -44,10 +47,11 @@ def test_minilm_on_scifact_matches_mteb_and_second_run_encodes_nothing(cli, tmp_
     third = cli("run", "--config", spec, "--json")
     assert third.code == 0, third.err
     table = third.json()
+    dense = f"base retriever/{system_name(model)}"  # the folder "model" and 8 hex digits of its path's sha256
     assert table["base retriever/bm25"]["scifact"]["ndcg_at_10"] == 0.67075
-    assert table["base retriever/model"]["scifact"]["ndcg_at_10"] == first.json()["scifact"]["ndcg_at_10"]
+    assert table[dense]["scifact"]["ndcg_at_10"] == first.json()["scifact"]["ndcg_at_10"]
     fused = table["fusion/bm25+minilm"]["scifact"]["ndcg_at_10"]
-    for system in ("base retriever/bm25", "base retriever/model", "fusion/bm25+minilm"):
+    for system in ("base retriever/bm25", dense, "fusion/bm25+minilm"):
         folder_out = tmp_path.joinpath("fused", *system.split("/"))
         assert {p.name for p in folder_out.iterdir()} == {
             "scifact.json", "scifact.run", "scifact.per_query.jsonl", "scifact.manifest.json"
@@ -56,7 +60,7 @@ def test_minilm_on_scifact_matches_mteb_and_second_run_encodes_nothing(cli, tmp_
     from r2med.evaluation import evaluate
     from r2med.store.runs import read_run
 
-    runs = [read_run(tmp_path.joinpath("fused", *s.split("/"), "scifact.run")) for s in ("base retriever/bm25", "base retriever/model")]
+    runs = [read_run(tmp_path.joinpath("fused", *s.split("/"), "scifact.run")) for s in ("base retriever/bm25", dense)]
     by_hand = {}
     for qid in runs[0].keys() | runs[1].keys():
         scores = {}
@@ -69,3 +73,28 @@ def test_minilm_on_scifact_matches_mteb_and_second_run_encodes_nothing(cli, tmp_
     qrels = load_dir(folder).qrels
     assert round(evaluate(qrels, by_hand, ignore_identical_ids=True).aggregate["ndcg_at_10"], 5) == fused
     print(f"SciFact nDCG@10: bm25 0.67075, minilm {first.json()['scifact']['ndcg_at_10']}, rrf {fused}")
+
+
+def test_two_local_models_in_folders_of_the_same_name_keep_their_own_results(cli, tmp_path, monkeypatch):
+    """Two directories named ``model`` (here hard-linked copies of MiniLM) get distinct results folders, a symbolic
+    link to one of them its folder; --name chooses another."""
+    import hashlib
+    import shutil
+
+    monkeypatch.chdir(tmp_path)
+    for run in ("run1", "run2"):
+        shutil.copytree(minilm.get_model_path(), tmp_path / run / "model", copy_function=os.link)
+    (tmp_path / "latest").symlink_to(tmp_path / "run2" / "model")
+    tiny = DATA / "tiny"
+    for run in ("run1", "run2"):
+        done = cli("run", "--retriever", f"./{run}/model", "--data-dir", tiny, "--output", "out", "-q")
+        assert done.code == 0, done.err
+    digests = [hashlib.sha256(str(tmp_path / run / "model").encode()).hexdigest()[:8] for run in ("run1", "run2")]
+    assert sorted(p.name for p in (tmp_path / "out" / "base retriever").iterdir()) == sorted(f"model-{d}" for d in digests)
+    linked = cli("run", "--retriever", tmp_path / "latest", "--data-dir", tiny, "--output", "out", "-q")
+    assert f"-> out/base retriever/model-{digests[1]}" in linked.out  # the directory the link names, reused
+    named = cli("run", "--retriever", "./run1/model", "--name", "minilm", "--data-dir", tiny, "--output", "out", "-q")
+    assert named.code == 0, named.err
+    assert (tmp_path / "out" / "base retriever" / "minilm" / "tiny.json").is_file()
+    assert f"-> out/base retriever/model-{digests[0]}" in cli("run", "--retriever", "./run1/model", "--data-dir", tiny,
+                                                              "--output", "out", "-q").out

@@ -55,6 +55,8 @@ class BaseEncoder(ABC):
     ) -> None:
         if batch_size is not None and batch_size < 1:
             raise UsageError(f"batch size must be >= 1, got {batch_size}")
+        for kind in KINDS:  # first: a model the hub would have to send fails before torch is imported
+            check_model_exists(spec.model_for(kind), spec.revision_for(kind))
         self.spec = spec
         self.name = spec.name
         self.device = resolve_device(device)
@@ -62,8 +64,6 @@ class BaseEncoder(ABC):
         self.autocast = spec.autocast if self.device.startswith("cuda") else None
         self.batch_size = batch_size or spec.batch_size
         self.trust_remote_code = bool(spec.trust_remote_code or trust_remote_code)
-        for kind in KINDS:
-            check_model_exists(spec.model_for(kind))
 
     def encode(
         self,

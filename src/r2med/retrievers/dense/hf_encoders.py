@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from r2med.errors import UsageError
-from r2med.hf import dtype_kwargs, hub_kwargs, load_error, require
+from r2med.hf import adapter_kwargs, dtype_kwargs, hub_kwargs, load_error, require
 from r2med.retrievers.dense import pooling
 from r2med.retrievers.dense.base import Kind
 from r2med.retrievers.dense.encoders import BaseEncoder
@@ -59,11 +59,12 @@ class TransformersEncoder(BaseEncoder):
 
     def _load(self, model_id: str, revision: str | None) -> _Tower:
         transformers = require("transformers")
-        common: dict[str, Any] = {"trust_remote_code": self.trust_remote_code, **hub_kwargs(revision)}
+        common: dict[str, Any] = {"trust_remote_code": self.trust_remote_code, **hub_kwargs(revision, model_id)}
         logger.info("loading %s (%s) on %s, %s", model_id, self.spec.backend, self.device, self.dtype)
         try:
             tokenizer = transformers.AutoTokenizer.from_pretrained(model_id, **common)
-            model = transformers.AutoModel.from_pretrained(model_id, **common, **dtype_kwargs(self.dtype))
+            model = transformers.AutoModel.from_pretrained(model_id, **common, **adapter_kwargs(common),
+                                                           **dtype_kwargs(self.dtype))
         except OSError as exc:
             raise load_error(model_id, exc) from exc
         if self.spec.padding_side:
@@ -156,9 +157,10 @@ class NVEmbedEncoder(BaseEncoder):
             transformers = require("transformers")
             kwargs: dict[str, Any] = {
                 "trust_remote_code": self.trust_remote_code,
-                **hub_kwargs(self.spec.revision),
+                **hub_kwargs(self.spec.revision, self.spec.model),
                 **dtype_kwargs(self.dtype),
             }
+            kwargs.update(adapter_kwargs(kwargs))
             if not self.trust_remote_code:
                 logger.warning("%s: NV-Embed needs its remote code; pass trust_remote_code=True", self.spec.name)
             try:

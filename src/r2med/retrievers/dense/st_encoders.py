@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from r2med.hf import dtype_kwargs, hub_kwargs, load_error, require
+from r2med.hf import adapter_kwargs, dtype_kwargs, hub_kwargs, load_error, require
 from r2med.retrievers.dense.base import Kind
 from r2med.retrievers.dense.encoders import BaseEncoder
 
@@ -34,13 +34,11 @@ class SentenceTransformerEncoder(BaseEncoder):
         model_id = self.spec.model_for(kind)
         if model_id not in self._models:
             st = require("sentence_transformers")
-            kwargs: dict[str, Any] = {
-                "device": self.device,
-                "trust_remote_code": self.trust_remote_code,
-                **hub_kwargs(self.spec.revision_for(kind)),
-            }
-            if self.dtype != "float32":
-                kwargs["model_kwargs"] = dtype_kwargs(self.dtype)
+            hub = hub_kwargs(self.spec.revision_for(kind), model_id)
+            kwargs: dict[str, Any] = {"device": self.device, "trust_remote_code": self.trust_remote_code, **hub}
+            model_kwargs = {**adapter_kwargs(hub), **(dtype_kwargs(self.dtype) if self.dtype != "float32" else {})}
+            if model_kwargs:
+                kwargs["model_kwargs"] = model_kwargs
             logger.info("loading %s (sentence-transformers) on %s, %s", model_id, self.device, self.dtype)
             try:
                 model = st.SentenceTransformer(model_id, **kwargs)

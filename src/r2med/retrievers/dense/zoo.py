@@ -35,7 +35,7 @@ from types import MappingProxyType
 from typing import Any
 
 from r2med.errors import MissingResourceError, UsageError
-from r2med.hf import DTYPES
+from r2med.hf import DTYPES, is_network_error, require_hub, unreachable_error
 from r2med.registry import Registry
 
 logger = logging.getLogger(__name__)
@@ -216,11 +216,16 @@ def _is_sentence_transformers_repo(repo: str, revision: str | None) -> bool:
     if get_settings().hf_offline:
         raise MissingResourceError(
             f"model '{repo}' is neither in the zoo nor in the local Hugging Face cache, and HF_HUB_OFFLINE is set; "
-            "download it first (huggingface-cli download) or pass a local directory"
+            f"download it first ('hf download {repo}') or pass a local directory"
         )
+    offline_way = f"download it where there is one ('hf download {repo}') and copy the cache over, or pass a local directory"
+    require_hub(f"look up model '{repo}' (neither in the zoo nor in the local Hugging Face cache)", offline_way)
     try:
         return file_exists(repo, "modules.json", revision=revision)
     except Exception as exc:  # network or auth failure: name what failed
+        if is_network_error(exc):
+            raise unreachable_error(f"{type(exc).__name__}: {exc}".splitlines()[0], f"look up model '{repo}'",
+                                    offline_way) from None
         raise MissingResourceError(f"cannot reach the Hugging Face hub for model '{repo}': {exc}") from exc
 
 
