@@ -120,3 +120,20 @@ def test_an_encoder_called_with_progress_shows_its_own_bar(monkeypatch):
         TEXTS[:5], kind="query", batch_size=2, progress=True, on_batch=reported.append)
     assert reported == [2, 2, 1]
     assert (bars[0].desc, bars[0].unit, bars[0].updates) == ("tiny-bert queries", "query", [2, 2, 1])
+
+
+def test_a_python_model_reports_each_batch(monkeypatch, tmp_path):
+    from r2med.retrievers.dense.python_encoder import PythonEncoder
+
+    class Lengths:  # an r2med.Encoder: encode(texts, *, kind, instruction) and a cache key
+        cache_key = "lengths-v1"
+
+        def encode(self, texts, *, kind, instruction):
+            return np.array([[len(t), 1.0] for t in texts], dtype=np.float32)
+
+    bars = record_bars(monkeypatch)
+    encoder = PythonEncoder(Lengths(), batch_size=3)
+    assert accepts_on_batch(encoder)
+    EmbeddingCache(tmp_path, chunk=10).embed(encoder, TEXTS, kind="query", progress=True)
+    assert (bars[0].desc, bars[0].unit) == ("encoding queries (python:lengths-v1)", "query")
+    assert bars[0].updates == [3, 3, 3, 1, 3, 3, 3, 1, 3, 2]
