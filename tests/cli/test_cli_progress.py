@@ -49,7 +49,8 @@ def test_run_dense_encoding(cli, tmp_path, flag):
     check(result, flag, shows=("encoding documents (tiny-bert)", "encoding queries (tiny-bert)"))
     if flag == "bars":
         assert "doc/s" in result.err and "query/s" in result.err
-        assert "4/4 [" in result.err or "2/4 [" in result.err  # four documents in batches of two
+        # which counts are drawn depends on tqdm's refresh interval; the per-batch moves are tested in
+        # tests/retrievers/dense/test_dense_progress.py with recorded bars
 
 
 @pytest.mark.parametrize("flag", FLAGS)
