@@ -26,7 +26,7 @@ def test_the_first_line_already_names_the_unit(capsys):
     bar = progress_bar(4, desc="encoding queries (fake)", unit="query")
     first = capsys.readouterr().err
     bar.close()
-    assert "encoding queries (fake)" in first and "0/4 [00:00<?, ?query/s]" in first
+    assert "encoding queries (fake)" in first and re.search(r"0/4 \[\d\d:\d\d<\?, \?query/s\]", first), first
 
 
 def test_off_writes_nothing_and_imports_no_tqdm(monkeypatch, capsys):
