@@ -19,7 +19,7 @@ def test_a_bar_shows_count_eta_and_rate_in_its_unit(capsys):
     err = capsys.readouterr().err
     assert "tiny: BM25 index" in err
     # tqdm's default format: n/total [elapsed<remaining, rate unit/s]; the rate and ETA are there, whatever they are
-    assert re.search(r"10/10 \[\d\d:\d\d<\d\d:\d\d, +[\d.]+doc/s\]", err), err
+    assert re.search(r"10/10 \[\d\d:\d\d<(\d\d:\d\d|\?), +([\d.]+|\?)doc/s\]", err), err
 
 
 def test_the_first_line_already_names_the_unit(capsys):
