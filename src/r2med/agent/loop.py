@@ -51,6 +51,7 @@ from r2med.datasets.model import Dataset
 from r2med.errors import MissingResourceError, ProviderError
 from r2med.http import safe_url
 from r2med.io.atomic import remove_file, write_jsonl_atomic, write_text_atomic
+from r2med.io.progress import progress_bar
 
 #: re-exported: the loop's configuration, outputs and file names live in ``config`` and ``outputs``
 __all__ = ["CACHE_FILE", "EXPANSION_FILE", "RRF_K", "STOP_REASONS", "SUMMARY_FILE", "TRAJECTORIES_FILE", "AgentConfig",
@@ -308,8 +309,6 @@ def run_agent(
     (left out of the expansion file; a rerun retries only them). A fatal provider error (bad key, no server) or
     a spent budget stops new requests; what finished is written before it is raised.
     """
-    from tqdm.auto import tqdm
-
     from r2med.llm.cache import ResponseCache
     from r2med.llm.client import Budget, ChatClient
 
@@ -322,8 +321,8 @@ def run_agent(
     client = client or ChatClient(config.llm_model, config.base_url, budget=Budget(max_requests=config.max_requests))
     cache = ResponseCache(report.paths["cache"])
     engine = _Engine(config, searcher, client, cache, report)
-    bar = tqdm(total=len(dataset.queries), desc=f"{dataset.name}: {config.style} {config.name}", unit="query",
-               disable=not progress)
+    bar = progress_bar(len(dataset.queries), desc=f"{dataset.name}: {config.style} {config.name}", unit="query",
+                       enabled=progress)
 
     async def main() -> list[dict[str, Any]]:
         gate = asyncio.Semaphore(int(config.concurrency))

@@ -66,6 +66,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     _configure_logging(logging.ERROR if args.quiet else logging.INFO if args.verbose else logging.WARNING)
     previous = _stop_on_sigterm()
     try:
+        if args.quiet or getattr(args, "json", False):  # no bar at all: r2med's are off (progress=False), and these
+            from r2med.io.progress import library_bars_off
+
+            with library_bars_off():  # ...the hub's download bars and transformers' "Loading weights"
+                return _dispatch(parser, args)
         return _dispatch(parser, args)
     finally:  # called in-process (tests, notebooks): leave the r2med logger and the SIGTERM handler as they were
         if previous is not None:

@@ -261,7 +261,7 @@ def generate_expansions(
             before = client.usage.as_dict()
             try:
                 client.complete_many(list(jobs.values()), concurrency=config.concurrency, on_result=on_result,
-                                     progress=progress)
+                                     progress=progress, desc=f"{dataset.name}: {method} {config.name}", unit="query")
             except BudgetExceeded as exc:
                 report.stopped, stopped = str(exc), exc
             finally:

@@ -30,6 +30,7 @@ from r2med.http import (
     parse_retry_after,
     safe_url,
 )
+from r2med.io.progress import progress_bar
 from r2med.llm.requests import (  # re-exported: the request's data model lives in r2med.llm.requests
     Budget,
     BudgetExceeded,
@@ -269,6 +270,8 @@ class ChatClient:
         concurrency: int = 8,
         on_result: Callable[[ChatJob, ChatResult | Exception], None],
         progress: bool = True,
+        desc: str | None = None,
+        unit: str = "request",
     ) -> Usage:
         """Run ``jobs`` with at most ``concurrency`` requests in flight; return the cumulative usage.
 
@@ -276,16 +279,15 @@ class ChatClient:
         the caller can store it at once; a job that failed gets its ``ProviderError``. When the
         budget runs out or the run must stop (server refusing connections, bad key), no new
         request is sent, the requests in flight finish and are delivered, and the error is raised
-        at the end (``BudgetExceeded`` carries the number of jobs left in ``pending``).
+        at the end (``BudgetExceeded`` carries the number of jobs left in ``pending``). ``progress`` shows a
+        bar named ``desc`` counting ``unit``s (one per job), with the retries and failures beside it.
         """
         if concurrency < 1:
             raise UsageError(f"concurrency must be at least 1, got {concurrency}")
         jobs = list(jobs)
         if not jobs:
             return self.usage
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=len(jobs), desc=f"chat {self.model}", unit="req", disable=not progress)
+        bar = progress_bar(len(jobs), desc=desc or f"chat {self.model}", unit=unit, enabled=progress)
 
         def deliver(job: ChatJob, outcome: ChatResult | Exception) -> None:
             on_result(job, outcome)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from r2med.errors import ProviderError, UsageError
+from r2med.io.progress import progress_bar
 from r2med.llm.cache import ResponseCache
 from r2med.llm.client import ChatClient, ChatJob, ChatResult, SamplingParams, request_key
 from r2med.llm.reasoning import STYLES, split_reasoning
@@ -138,8 +139,6 @@ class ListwiseReranker:
     # ---------------------------------------------------------------- reranking
     def rerank(self, queries: Mapping[str, str], corpus: Mapping[str, str], run: Run, *, top_k: int = 100) -> Run:
         """Rerank each query's first ``top_k`` documents window by window (see the module docstring)."""
-        from tqdm.auto import tqdm
-
         check_top_k(top_k)
         check_texts(queries, corpus, run, top_k)
         self.window_log = []
@@ -151,7 +150,7 @@ class ListwiseReranker:
             states[qid] = _Query(qid, head, [(s, e) for s, e in windows if e - s > 1])
         memo: dict[str, dict[str, Any]] = {}
         total = sum(len(s.windows) for s in states.values())
-        bar = tqdm(total=total, desc=f"reranking ({self.name})", unit="window", disable=not self.progress, leave=False)
+        bar = progress_bar(total, desc=f"reranking ({self.name})", unit="window", enabled=self.progress)
         try:
             while True:
                 jobs: dict[str, ChatJob] = {}

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from r2med.errors import ProviderError, UsageError
+from r2med.io.progress import progress_bar
 from r2med.rerankers.base import assemble, check_texts, check_top_k, order_by_scores, split_head
 from r2med.rerankers.score_cache import ScoreCache, pair_key
 from r2med.types import Run
@@ -88,13 +89,11 @@ class PointwiseReranker:
         return assemble(run, orders, top_k, name=self.name)
 
     def _score(self, todo: dict[str, tuple[str, str]], cache: ScoreCache | None) -> dict[str, float]:
-        from tqdm.auto import tqdm
-
         # longest first: batches of similar length carry little padding, and an out-of-memory error comes early
         items = sorted(todo.items(), key=lambda item: -(len(item[1][0]) + len(item[1][1])))
         out: dict[str, float] = {}
         pending: dict[str, float] = {}
-        bar = tqdm(total=len(items), desc=f"reranking ({self.name})", unit="pair", disable=not self.progress, leave=False)
+        bar = progress_bar(len(items), desc=f"reranking ({self.name})", unit="pair", enabled=self.progress)
         try:
             for start in range(0, len(items), self.batch_size):
                 batch = items[start:start + self.batch_size]

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from r2med import __version__
 from r2med.datasets.model import Dataset
 from r2med.errors import InvalidInputError, R2MedError
+from r2med.io.progress import progress_bar
 from r2med.retrievers.bm25.analyzer import EnglishAnalyzer
 from r2med.retrievers.bm25.index import BM25Index, BM25Params
 from r2med.retrievers.bm25.parallel import analyze_and_count
@@ -80,12 +81,10 @@ class BM25Retriever:
                 "ignore_identical_ids": self.ignore_identical_ids}
 
     def _build(self, dataset: Dataset) -> BM25Index:
-        from tqdm.auto import tqdm
-
         if not dataset.doc_ids:
             raise InvalidInputError(f"{dataset.name}: cannot build a BM25 index over zero documents")
         texts = dataset.doc_texts
-        with tqdm(total=len(texts), desc=f"{dataset.name}: analysing documents", unit="doc", disable=not self.progress, leave=False) as bar:
+        with progress_bar(len(texts), desc=f"{dataset.name}: BM25 index", unit="doc", enabled=self.progress) as bar:
             vocabulary, counts = analyze_and_count(texts, self.analyzer, workers=self.workers, on_progress=bar.update)
         return BM25Index(
             params=self.params, vocabulary=vocabulary, counts=counts, doc_ids=list(dataset.doc_ids), workers=self.workers

@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import base64
-import contextlib
 import logging
 import re
 import threading
@@ -34,13 +33,14 @@ from r2med.http import (
     safe_url,
     url_host,
 )
+from r2med.io.progress import Reporter, progress_bar
 from r2med.retrievers.dense.api_text import (
     TokenCounter,
     r2med_text,
     split_batches,
     token_counter,
 )
-from r2med.retrievers.dense.base import Kind
+from r2med.retrievers.dense.base import Kind, kind_label, kind_unit
 from r2med.settings import get_secret
 
 logger = logging.getLogger(__name__)
@@ -146,8 +146,12 @@ class EmbeddingAPI(ABC):
         instruction: str = "",
         batch_size: int | None = None,
         progress: bool = False,
+        on_batch: Reporter | None = None,
     ) -> np.ndarray:
         """Embed ``instruction + text`` for each text; ``(len(texts), dim)`` float32, unit rows.
+
+        ``progress`` shows this call's own bar; ``on_batch(n)`` is called as each request of ``n`` texts is answered
+        (the embedding cache's bar).
 
         With no texts the result has 0 rows and ``dimensions`` columns (or the width seen in an
         earlier call, else 0), since no request is made.
@@ -163,7 +167,7 @@ class EmbeddingAPI(ABC):
         if not prepared:
             return np.zeros((0, self._dim or 0), dtype=np.float32)
         batches = split_batches(costs, max_count=size, max_tokens=self.max_batch_tokens)
-        parts = self._run(batches, prepared, kind, progress)
+        parts = self._run(batches, prepared, kind, progress, on_batch)
         widths = {part.shape[1] for part in parts}
         if len(widths) != 1 or (self._dim is not None and widths != {self._dim}):
             seen = sorted(widths | ({self._dim} if self._dim else set()))
@@ -235,14 +239,21 @@ class EmbeddingAPI(ABC):
             )
         return prepared, costs
 
-    def _run(self, batches: list[range], prepared: list[str], kind: Kind, progress: bool) -> list[np.ndarray]:
+    def _run(self, batches: list[range], prepared: list[str], kind: Kind, progress: bool,
+             on_batch: Reporter | None) -> list[np.ndarray]:
         parts: list[np.ndarray | None] = [None] * len(batches)
         abort = threading.Event()
-        with _progress_bar(len(batches), self.name, progress) as bar:
+        with progress_bar(len(prepared), desc=f"{self.name} {kind_label(kind)}", unit=kind_unit(kind), enabled=progress) as bar:
+
+            def answered(j: int) -> None:
+                bar.update(len(batches[j]))
+                if on_batch is not None:
+                    on_batch(len(batches[j]))
+
             if self.max_concurrency == 1 or len(batches) == 1:
                 for j, span in enumerate(batches):
                     parts[j] = self._embed_batch([prepared[i] for i in span], kind, abort)
-                    bar.update()
+                    answered(j)
                 return parts  # type: ignore[return-value]
             pool = ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(batches)), thread_name_prefix="r2med-embed")
             try:
@@ -255,7 +266,7 @@ class EmbeddingAPI(ABC):
                     done, pending = wait(pending, return_when=FIRST_EXCEPTION)
                     for future in done:
                         parts[futures[future]] = future.result()  # raises the first failure
-                        bar.update()
+                        answered(futures[future])
             except BaseException:
                 abort.set()  # in-flight batches stop before their next attempt
                 raise
@@ -297,17 +308,3 @@ class EmbeddingAPI(ABC):
         if len({row.shape for row in rows if row is not None}) != 1:
             raise ProviderError(f"{self.name}: the server returned embeddings of different widths in one batch")
         return np.stack(rows)  # type: ignore[arg-type]
-
-
-class _NoBar:
-    def update(self, n: int = 1) -> None:
-        return None
-
-
-def _progress_bar(total: int, desc: str, enabled: bool) -> Any:
-    """A tqdm bar over batches, or a stand-in that imports nothing and starts no thread."""
-    if not enabled:
-        return contextlib.nullcontext(_NoBar())
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=desc, unit="batch", leave=False)

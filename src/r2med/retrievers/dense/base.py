@@ -25,6 +25,10 @@ class Encoder(Protocol):
     document towers (MedCPT). ``cache_key(kind)`` returns a JSON-serialisable dict of everything
     besides text and instruction that determines the vectors (model id and revision, pooling, max
     length, dtype, normalisation, ...).
+
+    Optional: an ``encode`` that also takes the keyword ``on_batch`` is called with a reporter, which it calls
+    as ``on_batch(n)`` after each batch of ``n`` texts; the embedding cache then moves its progress bar per batch
+    (without it, once per cache chunk). ``progress=True`` asks for the encoder's own bar; the cache passes False.
     """
 
     name: str
@@ -40,3 +44,21 @@ class Encoder(Protocol):
     ) -> np.ndarray: ...
 
     def cache_key(self, kind: Kind) -> dict[str, Any]: ...
+
+
+def kind_label(kind: str) -> str:
+    """What a bar over texts of ``kind`` is called.
+
+    >>> kind_label("query"), kind_label("document")
+    ('queries', 'documents')
+    """
+    return "queries" if kind == "query" else f"{kind}s"
+
+
+def kind_unit(kind: str) -> str:
+    """The unit of a bar over texts of ``kind`` (tqdm shows the rate as ``doc/s``, ``query/s``).
+
+    >>> kind_unit("query"), kind_unit("document")
+    ('query', 'doc')
+    """
+    return "query" if kind == "query" else "doc"

@@ -14,17 +14,20 @@ never a name alone.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import logging
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from r2med.errors import DamagedFileError
 from r2med.io.atomic import remove_file
+from r2med.io.progress import progress_bar
 from r2med.io.verified import (
     file_identity,
     read_sidecar,
@@ -36,7 +39,7 @@ from r2med.io.verified import (
     write_verified,
     write_verified_json,
 )
-from r2med.retrievers.dense.base import Encoder, Kind
+from r2med.retrievers.dense.base import Encoder, Kind, kind_label, kind_unit
 
 logger = logging.getLogger(__name__)
 
@@ -143,12 +146,16 @@ class EmbeddingCache:
             return stored
         if len(missing) < stored.n_chunks:
             logger.info("resuming: %d of %d chunks of %s embeddings are already stored", stored.n_chunks - len(missing), stored.n_chunks, kind)
-        bar = _bar(sum(min(chunk, len(texts) - i * chunk) for i in missing), f"encoding {kind.replace('query', 'querie')}s", progress)
-        try:
+        total = sum(min(chunk, len(texts) - i * chunk) for i in missing)
+        per_batch = accepts_on_batch(encoder)
+        with progress_bar(total, desc=f"encoding {kind_label(kind)} ({encoder.name})", unit=kind_unit(kind),
+                          enabled=progress) as bar:
             for i in missing:
                 part = list(texts[i * chunk : (i + 1) * chunk])
+                report = _ChunkReporter(bar, len(part))
+                extra = {"on_batch": report} if per_batch else {}
                 vectors = np.asarray(
-                    encoder.encode(part, kind=kind, instruction=instruction, batch_size=batch_size, progress=False),
+                    encoder.encode(part, kind=kind, instruction=instruction, batch_size=batch_size, progress=False, **extra),
                     dtype=np.float32,
                 )
                 if vectors.shape[0] != len(part):
@@ -156,9 +163,7 @@ class EmbeddingCache:
                 data = vectors.astype(self.dtype)
                 write_verified(stored.chunk_path(i), lambda handle, data=data: np.save(handle, data, allow_pickle=False), binary=True)
                 self.encoded_texts += len(part)
-                bar.update(len(part))
-        finally:
-            bar.close()
+                report.finish()  # an encoder without on_batch, or one that reported less: the rest of the chunk now
         return stored
 
 
@@ -210,6 +215,41 @@ class EmbeddingCache:
         return missing
 
 
+class _ChunkReporter:
+    """``on_batch`` for one chunk: moves the bar by what the encoder reports, never past the chunk's size."""
+
+    def __init__(self, bar: Any, size: int) -> None:
+        self.bar, self.size, self.done = bar, size, 0
+
+    def __call__(self, n: int) -> None:
+        n = max(0, min(int(n), self.size - self.done))
+        if n:
+            self.done += n
+            self.bar.update(n)
+
+    def finish(self) -> None:
+        self(self.size - self.done)
+
+
+def accepts_on_batch(encoder: Encoder) -> bool:
+    """Whether ``encoder.encode`` takes the ``on_batch`` reporter (by name: ``**kwargs`` alone does not count, it may
+    be handed on to a library that rejects it).
+
+    >>> class Plain:
+    ...     def encode(self, texts, *, kind, instruction="", batch_size=None, progress=False): ...
+    >>> class Reporting(Plain):
+    ...     def encode(self, texts, *, kind, instruction="", batch_size=None, progress=False, on_batch=None): ...
+    >>> accepts_on_batch(Plain()), accepts_on_batch(Reporting())
+    (False, True)
+    """
+    try:
+        parameters = inspect.signature(encoder.encode).parameters
+    except (TypeError, ValueError):  # a builtin or C-level callable without a signature
+        return False
+    parameter = parameters.get("on_batch")
+    return parameter is not None and parameter.kind in (parameter.KEYWORD_ONLY, parameter.POSITIONAL_OR_KEYWORD)
+
+
 def _identity_of(path: Path) -> tuple[int, int, int, int] | None:
     try:
         return file_identity(os.stat(path))
@@ -219,9 +259,3 @@ def _identity_of(path: Path) -> tuple[int, int, int, int] | None:
 
 def _load_chunk(path: Path) -> np.ndarray:
     return np.load(path, mmap_mode="r", allow_pickle=False)
-
-
-def _bar(total: int, desc: str, enabled: bool):
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=desc, unit="text", disable=not enabled, leave=False)

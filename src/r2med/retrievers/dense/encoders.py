@@ -20,7 +20,8 @@ import numpy as np
 
 from r2med.errors import UsageError
 from r2med.hf import check_model_exists, effective_dtype, model_fingerprint, resolve_device
-from r2med.retrievers.dense.base import Kind
+from r2med.io.progress import Reporter, progress_bar
+from r2med.retrievers.dense.base import Kind, kind_label, kind_unit
 from r2med.retrievers.dense.zoo import KINDS, ModelSpec
 
 logger = logging.getLogger(__name__)
@@ -72,7 +73,10 @@ class BaseEncoder(ABC):
         instruction: str = "",
         batch_size: int | None = None,
         progress: bool = False,
+        on_batch: Reporter | None = None,
     ) -> np.ndarray:
+        """Vectors of ``texts`` in batches of ``batch_size`` (longest first); ``progress`` shows this call's own bar,
+        ``on_batch(n)`` is called after each batch of ``n`` texts (the embedding cache's bar)."""
         if kind not in KINDS:
             raise UsageError(f"kind must be 'query' or 'document', got {kind!r}")
         texts = list(texts)
@@ -81,11 +85,9 @@ class BaseEncoder(ABC):
             raise UsageError(f"batch size must be >= 1, got {size}")
         if not texts:
             return np.zeros((0, self.dimension(kind)), dtype=np.float32)
-        from tqdm.auto import tqdm
-
         order = length_sorted_order(texts)
         out: np.ndarray | None = None
-        with tqdm(total=len(texts), disable=not progress, desc=f"{self.name} {kind}s", unit="text") as bar:
+        with progress_bar(len(texts), desc=f"{self.name} {kind_label(kind)}", unit=kind_unit(kind), enabled=progress) as bar:
             for start in range(0, len(order), size):
                 rows = order[start : start + size]
                 vectors = np.asarray(self._encode_batch([texts[i] for i in rows], kind, instruction), dtype=np.float32)
@@ -93,6 +95,8 @@ class BaseEncoder(ABC):
                     out = np.empty((len(texts), vectors.shape[1]), dtype=np.float32)
                 out[rows] = vectors
                 bar.update(len(rows))
+                if on_batch is not None:
+                    on_batch(len(rows))
         assert out is not None
         return out
 

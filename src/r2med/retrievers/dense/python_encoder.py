@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from r2med.errors import InvalidInputError, UsageError
+from r2med.io.progress import Reporter, progress_bar
 
 #: Bumped whenever a change here changes the vectors of an unchanged model.
 PYTHON_ENCODER_VERSION = 1
@@ -120,21 +121,26 @@ class PythonEncoder:
         return self.model.encode([instruction + text for text in texts], **extra)
 
     def encode(self, texts: Sequence[str], *, kind: str, instruction: str = "", batch_size: int | None = None,
-               progress: bool = False) -> Any:
+               progress: bool = False, on_batch: Reporter | None = None) -> Any:
+        """The model's vectors, batch by batch; ``progress`` shows this call's own bar, ``on_batch(n)`` is called
+        after each batch of ``n`` texts (the embedding cache's bar)."""
         import numpy as np
-        from tqdm.auto import tqdm
+
+        from r2med.retrievers.dense.base import kind_label, kind_unit
 
         if kind not in ("query", "document"):
             raise UsageError(f"kind must be 'query' or 'document', got {kind!r}")
         texts = list(texts)
         size = batch_size or self.batch_size
         parts = []
-        with tqdm(total=len(texts), disable=not progress, desc=f"{self.key} {kind}s", unit="text") as bar:
+        with progress_bar(len(texts), desc=f"{self.key} {kind_label(kind)}", unit=kind_unit(kind), enabled=progress) as bar:
             for start in range(0, len(texts), size):
                 batch = texts[start:start + size]
                 rows = self._check(_as_rows(self._call(batch, kind, instruction)), batch)
                 parts.append(rows)
                 bar.update(len(batch))
+                if on_batch is not None:
+                    on_batch(len(batch))
         return np.concatenate(parts) if parts else np.zeros((0, self._width or 0), dtype=np.float32)
 
     def _check(self, rows: Any, batch: list[str]) -> Any:
