@@ -25,6 +25,12 @@ REAL_CONNECT_ONCE = r2med.hf.connect_once
 PROXY_VARIABLES = ("https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY")
 
 
+def _r2med_process(args, *, env, cwd, timeout) -> subprocess.CompletedProcess:
+    """``python -m r2med.cli ARGS`` in a fresh process with ``env``."""
+    return subprocess.run([sys.executable, "-m", "r2med.cli", *map(str, args)], check=False, capture_output=True,
+                          text=True, env=env, cwd=cwd, timeout=timeout)
+
+
 @pytest.fixture
 def no_network(monkeypatch):
     """HF_HUB_OFFLINE unset, huggingface_hub's own offline switch off, and every connection attempt refused
@@ -219,15 +225,7 @@ def test_a_fresh_process_against_a_closed_endpoint(tmp_path, biology, args):
     port = _closed_port()
     env = {k: v for k, v in os.environ.items() if k not in PROXY_VARIABLES and k != "HF_HUB_OFFLINE"}
     env.update(HF_ENDPOINT=f"http://127.0.0.1:{port}", R2MED_HOME=str(tmp_path / "home"), PYTHONPATH=str(REPO / "src"))
-    done = subprocess.run(
-        [sys.executable, "-m", "r2med.cli", *[a.format(data=biology.parent) for a in args]],
-        check=False,
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=120,
-    )
+    done = _r2med_process([a.format(data=biology.parent) for a in args], env=env, cwd=tmp_path, timeout=120)
     assert done.returncode == 4, done.stderr
     assert done.stderr.count("\n") == 1, done.stderr
     assert done.stderr.startswith(
@@ -280,15 +278,7 @@ def test_a_model_in_the_hf_cache_still_runs_without_network(tmp_path, biology):
         PYTHONPATH=str(REPO / "src"),
     )
     command = ["run", "--retriever", "org/tiny-bert", "--data-dir", biology.parent, "--output", tmp_path / "out", "-q"]
-    done = subprocess.run(
-        [sys.executable, "-m", "r2med.cli", *map(str, command)],
-        check=False,
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=300,
-    )
+    done = _r2med_process(command, env=env, cwd=tmp_path, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "| Biology |" in done.stdout
     assert "Retrying" not in done.stderr and "127.0.0.1" not in done.stderr
