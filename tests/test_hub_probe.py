@@ -107,7 +107,7 @@ def test_models_load_from_the_local_cache_when_the_hub_is_unreachable(probes, tm
         "cannot reach the Hugging Face hub (https://huggingface.co: ConnectionRefusedError: [Errno "
         "111] Connection refused) to download model 'org/model' (not in the local Hugging Face "
         "cache): connect a network, or download it where there is one ('hf download org/model') and "
-        "copy the cache over, or pass the path of a local copy"
+        "copy the cache over, or pass the path of a local copy (R2MED_HUB_PROBE=0 skips this check)"
     )
 
 

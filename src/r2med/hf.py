@@ -266,7 +266,12 @@ def hub_unreachable() -> str | None:
     """Why the hub cannot be reached now (``"https://huggingface.co: gaierror: ..."``), or ``None`` when it can.
 
     One TCP connection per ``PROBE_TTL`` seconds decides (see the module docstring); nothing is retried.
+    ``R2MED_HUB_PROBE=0`` turns the check off (always ``None``: huggingface_hub's own timeouts and retries apply).
     """
+    from r2med.settings import get_settings
+
+    if not get_settings().hub_probe:
+        return None
     host, port, shown = probe_target(hub_endpoint())
     now = time.monotonic()
     with _probes_lock:
@@ -286,9 +291,10 @@ def unreachable_error(reason: str, what: str, offline: str) -> HubUnreachableErr
     """The one-line exit-4 error: why the hub cannot be reached, for ``what``, and the way on without it.
 
     >>> str(unreachable_error("https://huggingface.co: gaierror: no name", "download Biology", "use --data-dir DIR"))
-    'cannot reach the Hugging Face hub (https://huggingface.co: gaierror: no name) to download Biology: connect a network, or use --data-dir DIR'
+    'cannot reach the Hugging Face hub (https://huggingface.co: gaierror: no name) to download Biology: connect a network, or use --data-dir DIR (R2MED_HUB_PROBE=0 skips this check)'
     """
-    return HubUnreachableError(f"cannot reach the Hugging Face hub ({reason}) to {what}: connect a network, or {offline}")
+    return HubUnreachableError(f"cannot reach the Hugging Face hub ({reason}) to {what}: connect a network, or {offline}"
+                               " (R2MED_HUB_PROBE=0 skips this check)")
 
 
 def require_hub(what: str, offline: str) -> None:

@@ -145,11 +145,11 @@ def run(
     ``cache_key=``). A Python model is searched as the dense models are (cosine, BEIR's ``ignore_identical_ids``
     unless ``identical_ids="keep"``); its embeddings are cached under R2MED_HOME by its cache key, instructions
     and texts, and its results go to ``<output>/base retriever/<name>/`` (``name`` defaults to the cache key).
-    ``datasets``: names (default: the 8 from the hub, or every dataset under ``data_dir``); ``expansion``:
+    ``datasets``: a name or names (default: the 8 from the hub, or every dataset under ``data_dir``); ``expansion``:
     ``METHOD/LLM`` for generation-augmented retrieval; ``reranker``: what ``r2med rerank --reranker`` takes.
     With ``resume`` a stored result with the same configuration and data is reused, never recomputed.
     """
-    from r2med.retrievers.registry import RetrieverSpec, system_name
+    from r2med.retrievers.registry import RetrieverSpec
 
     options = {"batch_size": batch_size, "query_instruction": query_instruction, "doc_instruction": doc_instruction,
                "identical_ids": identical_ids}
@@ -158,13 +158,13 @@ def run(
             raise UsageError(f"cache_key is for a Python model object; {os.fspath(retriever)!r} has its own")
         spec = RetrieverSpec(os.fspath(retriever), **options)
     else:
-        from r2med.retrievers.dense.python_encoder import PythonEncoder
+        from r2med.retrievers.dense.python_encoder import PythonEncoder, system_folder
 
         encoder = PythonEncoder(retriever, cache_key=cache_key, batch_size=batch_size)
-        system = name or system_name(encoder.key, flag="cache_key")
+        system = name or system_folder(encoder.key)
         spec = RetrieverSpec(system, encoder=encoder, **options)
     pipeline = PipelineSpec(
-        retrievers=(spec,), name=name, datasets=tuple(datasets) if datasets else None,
+        retrievers=(spec,), name=name, datasets=(datasets,) if isinstance(datasets, str) else tuple(datasets or ()) or None,
         data_dir=Path(data_dir) if data_dir is not None else None, output=Path(output), top_k=top_k,
         expansion=expansion, answer_policy=answer_policy, cache=cache,
         reranker=RerankSpec(reranker, top_k=rerank_top_k) if reranker else None,

@@ -22,6 +22,10 @@ ENV_OPENAI_BASE_URL = "OPENAI_BASE_URL"
 #: Key for Voyage AI's embedding API (never logged or written); read with ``get_secret``.
 ENV_VOYAGE_API_KEY = "VOYAGE_API_KEY"
 
+#: "0" turns off r2med's one-connection check that the hub is reachable before its first hub request
+#: (then huggingface_hub's own timeouts and retries apply); for networks where the check misjudges.
+ENV_HUB_PROBE = "R2MED_HUB_PROBE"
+
 _TRUE = {"1", "true", "yes", "on"}
 
 
@@ -33,6 +37,7 @@ class Settings:
     hf_offline: bool
     hf_token: str | None
     openai_base_url: str | None = None
+    hub_probe: bool = True
 
     @property
     def datasets_dir(self) -> Path:
@@ -48,6 +53,7 @@ def get_settings(environ: dict[str, str] | None = None) -> Settings:
         hf_offline=env.get(ENV_HF_OFFLINE, "").strip().lower() in _TRUE,
         hf_token=env.get(ENV_HF_TOKEN) or None,
         openai_base_url=(env.get(ENV_OPENAI_BASE_URL) or "").strip() or None,
+        hub_probe=env.get(ENV_HUB_PROBE, "").strip().lower() not in {"0", "false", "no", "off"},
     )
 
 

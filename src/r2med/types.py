@@ -73,3 +73,18 @@ class Scores:
     def rounded(self, digits: int = 5) -> dict[str, float]:
         """The aggregate rounded as the official result files store it."""
         return {key: round(value, digits) for key, value in self.aggregate.items()}
+
+
+def exact_mean(values) -> float:
+    """The mean of ``values`` computed in decimal from each value's shortest repr (independent of order): the one
+    mean every table shows (``r2med run``'s average, the leaderboard's, the paper column's), rounded only for display.
+
+    >>> exact_mean([0.1, 0.2]), (0.1 + 0.2) / 2
+    (0.15, 0.15000000000000002)
+    >>> exact_mean([0.26885] * 7 + [0.26884])  # 26.88 in every table, never 0.26885 -> 26.89
+    0.26884875
+    """
+    from decimal import Decimal
+
+    exact = [Decimal(repr(float(v))) for v in values]
+    return float(sum(exact) / len(exact))

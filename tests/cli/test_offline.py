@@ -161,7 +161,8 @@ def test_published_expansion_not_on_this_machine(cli, no_network, biology, tmp_p
     assert line.startswith("r2med: error: no hyde/o3-mini expansions for Biology on this machine, and cannot reach")
     assert line.endswith(
         "connect a network, or generate them ('r2med expand --method hyde --llm-name o3-mini ...'), "
-        f"or put the file at {isolated_home / 'expansions/Biology/hyde/o3-mini/query_with_hydoc.jsonl'}"
+        f"or put the file at {isolated_home / 'expansions/Biology/hyde/o3-mini/query_with_hydoc.jsonl'} "
+        "(R2MED_HUB_PROBE=0 skips this check)"
     )
 
 
@@ -282,3 +283,12 @@ def test_a_model_in_the_hf_cache_still_runs_without_network(tmp_path, biology):
     assert done.returncode == 0, done.stderr
     assert "| Biology |" in done.stdout
     assert "Retrying" not in done.stderr and "127.0.0.1" not in done.stderr
+
+
+def test_the_hub_check_can_be_turned_off(no_network, monkeypatch):
+    """R2MED_HUB_PROBE=0: no probe; the request itself goes out (and here fails as huggingface_hub reports it)."""
+    monkeypatch.setattr(r2med.hf, "connect_once", REAL_CONNECT_ONCE)
+    monkeypatch.setenv("R2MED_HUB_PROBE", "0")
+    assert r2med.hf.hub_unreachable() is None and no_network == []
+    monkeypatch.setenv("R2MED_HUB_PROBE", "1")
+    assert r2med.hf.hub_unreachable() is not None and len(no_network) == 1

@@ -151,6 +151,28 @@ def test_report_on_other_collections(out, tmp_path):
     assert "texts and judgements not shown: scifact is not an R2MED dataset, so it is not in the hub cache" in html
 
 
+def test_report_compares_two_systems_on_their_own_datasets_when_a_third_holds_another(out, tmp_path):
+    """A and B on scifact, a third system on nfcorpus only: the report compares A and B on scifact."""
+    pytest.importorskip("jinja2", reason='the report needs the "report" extra: pip install "r2med[report]"')
+    pytest.importorskip("matplotlib", reason='the report needs the "report" extra: pip install "r2med[report]"')
+    results = tmp_path / "res"
+    for system, datasets in (("bm25", ["scifact"]), ("bm25-lucene", ["scifact"]), ("bm25-third", ["nfcorpus"])):
+        source = out / "base retriever" / ("bm25" if system == "bm25-third" else system)
+        target = results / "base retriever" / system
+        target.mkdir(parents=True)
+        for dataset in datasets:
+            for path in source.glob(f"{dataset}.*"):
+                if not path.name.endswith(".manifest.json"):  # copied results: read as they are
+                    shutil.copy(path, target / path.name)
+    page = tmp_path / "three.html"
+    result = run("report", results, "-o", page, "--a", "base retriever/bm25", "--b", "base retriever/bm25-lucene",
+                 "--n-resamples", 100, "--max-queries", 1)
+    assert result.code == 0, result.err
+    html = page.read_text(encoding="utf-8")
+    assert "<th>nfcorpus</th><th>scifact</th><th>Avg (2 datasets)</th>" in html
+    assert "<td>scifact</td>" in html and "pooled (1 dataset" in html
+
+
 def test_official_tree_keeps_its_other_collection_out_unless_asked(tmp_path):
     tree = write_official_tree(tmp_path / "results")  # BEIR_NFCorpus.json (0.99) beside every base retriever
     plain = run("leaderboard", tree, "--format", "json").json()

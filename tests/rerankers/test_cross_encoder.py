@@ -247,3 +247,17 @@ def test_run_with_reranker_through_the_main_cli(cross_encoder_dir, tmp_path, cli
     assert record["model_name"] == name  # the reranker names the official files
     assert result.json()["tiny"]["ndcg_at_10"] == record["test"]["ndcg_at_10"]
     assert (out / "base retriever" / "bm25" / "tiny.run").is_file() and (folder / "tiny.manifest.json").is_file()
+
+
+def test_a_damaged_checkpoint_says_nothing_about_its_head_and_never_raises(tmp_path, caplog):
+    """A truncated safetensors header, a header that is not JSON, a broken shard index: None and a warning."""
+    from r2med.rerankers.cross_encoder import checkpoint_keys
+
+    cases = {"short": ("model.safetensors", b"\x05"),
+             "garbage": ("model.safetensors", (12).to_bytes(8, "little") + b"\xff\xfenot json!!"),
+             "index": ("model.safetensors.index.json", b'{"weight_map": ')}
+    for case, (name, content) in cases.items():
+        (tmp_path / case).mkdir()
+        (tmp_path / case / name).write_bytes(content)
+        assert checkpoint_keys(tmp_path / case) is None, case
+    assert caplog.text.count("cannot read the checkpoint's tensor names") == 3

@@ -131,3 +131,16 @@ def test_an_incomplete_dataset_is_not_stored_the_others_are_and_the_run_ends_wit
     [only_q1] = run_stage(Toy(), [dataclasses.replace(tiny, queries={"q1": tiny.queries["q1"]},
                                                       qrels={"q1": tiny.qrels["q1"]})], output=tmp_path / "q1")
     assert stored["test"]["ndcg_at_10"] == round(only_q1.scores.aggregate["ndcg_at_10"] / 2, 5)
+
+
+def test_the_run_table_average_is_the_leaderboards():
+    """Seven datasets at 0.26885 and one at 0.26884: the exact mean 0.26884875 is 26.88 in `r2med run`'s table, as
+    in the leaderboard; an average rounded to 5 decimals first (0.26885) would show 26.89."""
+    from r2med.reporting.tables import pct
+    from r2med.stages import summarise
+    from r2med.stages.base import DatasetResult
+    from r2med.types import Scores
+
+    values = [0.26885] * 7 + [0.26884]
+    table = summarise([DatasetResult(f"D{i}", Scores({"ndcg_at_10": v}), None, 0.0) for i, v in enumerate(values)])
+    assert table["average"]["ndcg_at_10"] == 0.26884875 and pct(table["average"]["ndcg_at_10"]) == "26.88"

@@ -76,7 +76,9 @@ class SystemSource:
         if path is None:
             return None
         record = read_result_file(path, lambda p: json.loads(p.read_text(encoding="utf-8")))
-        return normalise_metrics(record.get("test", {})).get(key)
+        if not isinstance(record, dict) or not isinstance(record.get("test"), dict):  # another JSON file: no result
+            return None
+        return normalise_metrics(record["test"]).get(key)
 
 
 def read_per_query(path: Path, metric: str) -> dict[str, float]:

@@ -27,7 +27,6 @@ import logging
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal
 from pathlib import Path
 
 from r2med.datasets.catalog import dataset_names
@@ -38,6 +37,7 @@ from r2med.reporting.official import display_name, normalise_metric, normalise_m
 from r2med.reporting.paths import system_path
 from r2med.reporting.render import render_template
 from r2med.reporting.tables import csv_text, markdown_table, md_label, md_text, pct
+from r2med.types import exact_mean
 
 logger = logging.getLogger(__name__)
 
@@ -241,16 +241,6 @@ def collect(result_dirs: Sequence[Path], *, with_paper: bool = False, metric: st
             datasets: Sequence[str] | None = None) -> list[Row]:
     """Leaderboard rows of ``result_dirs`` (and the paper's systems with ``with_paper``) on the datasets shown."""
     return rows_of(gather(result_dirs, with_paper=with_paper), metric, datasets)
-
-
-def exact_mean(values: Sequence[float]) -> float:
-    """The mean of ``values`` computed in decimal from each value's shortest repr (independent of order).
-
-    >>> exact_mean([0.1, 0.2]), (0.1 + 0.2) / 2
-    (0.15, 0.15000000000000002)
-    """
-    exact = [Decimal(repr(float(v))) for v in values]
-    return float(sum(exact) / len(exact))
 
 
 def shown_datasets(rows: Sequence[Row]) -> tuple[str, ...]:

@@ -323,9 +323,13 @@ def build_report(result_dir: Path, options: ReportOptions = ReportOptions(), *, 
     comparison, comparison_note, diffs = None, "", {}
     cmp = None
     if a is not None and b is not None:
+        held = {*systems[a].scores, *systems[b].scores}  # a dataset only a third system holds is not theirs to compare
+        shown = [name for name in data["datasets"] if name in held]
         try:
+            if not shown:
+                raise MissingResourceError(f"{a} and {b} hold none of the datasets shown ({', '.join(data['datasets'])})")
             cmp = compare_systems(SystemSource(a, a, directory=systems[a].directory),
-                                  SystemSource(b, b, directory=systems[b].directory), datasets=data["datasets"],
+                                  SystemSource(b, b, directory=systems[b].directory), datasets=shown,
                                   metric=options.metric, n_resamples=options.n_resamples, seed=options.seed)
         except MissingResourceError as exc:  # A and B share no dataset
             comparison_note = str(exc)

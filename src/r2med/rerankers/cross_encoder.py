@@ -68,7 +68,16 @@ def model_dir(model: str, revision: str | None = None) -> Path | None:
 def checkpoint_keys(folder: Path) -> set[str] | None:
     """The names of the tensors a checkpoint directory stores, read without loading a weight: the index of a
     sharded checkpoint, the headers of ``*.safetensors`` files, or the keys of ``pytorch_model.bin`` (memory-mapped).
-    None when the folder holds no checkpoint in these formats (nothing can be said then)."""
+    None when the folder holds no checkpoint in these formats, or one whose index or headers cannot be read
+    (nothing can be said then: loading the model reports a damaged file itself)."""
+    try:
+        return _checkpoint_keys(folder)
+    except (OSError, ValueError, struct.error, AttributeError, TypeError) as exc:  # JSON/Unicode errors are ValueErrors
+        logger.warning("%s: cannot read the checkpoint's tensor names (%s); checking its architecture only", folder, exc)
+        return None
+
+
+def _checkpoint_keys(folder: Path) -> set[str] | None:
     for index in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
         if (folder / index).is_file():
             return set(json.loads((folder / index).read_text(encoding="utf-8")).get("weight_map", {}))

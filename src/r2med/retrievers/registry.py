@@ -115,11 +115,7 @@ def _dense(rspec: RetrieverSpec, cache_dir: Path | None, progress: bool) -> Retr
             f"unknown retriever '{name}'{hint} Valid: {', '.join(names)}, or a local model directory or hub id"
         ) from None
     encoder = _api_encoder(spec) if spec.backend == "api" else make_encoder(spec, device=rspec.device, batch_size=rspec.batch_size)
-    if cache_dir is not None:
-        root = cache_dir / "embeddings"
-    else:  # --no-cache: embeddings live only as long as this retriever
-        scratch = tempfile.TemporaryDirectory(prefix="r2med-embeddings-")
-        root = Path(scratch.name)
+    root, scratch = _embedding_root(cache_dir)
     retriever = DenseRetriever(
         # a zoo name or hub id names its folder; a local directory its resolved path (run1/model vs run2/model)
         name=system_name(spec.model if Path(spec.model).is_absolute() else (spec.name or name)),
@@ -129,7 +125,20 @@ def _dense(rspec: RetrieverSpec, cache_dir: Path | None, progress: bool) -> Retr
         batch_size=rspec.batch_size,
         progress=progress,
     )
-    if cache_dir is None:
+    return _keep(retriever, scratch)
+
+
+def _embedding_root(cache_dir: Path | None) -> tuple[Path, tempfile.TemporaryDirectory | None]:
+    """Where embeddings are cached: ``<R2MED_HOME>/embeddings``, or with --no-cache a temporary folder that lives
+    only as long as the retriever (returned too, to be kept with it by :func:`_keep`)."""
+    if cache_dir is not None:
+        return cache_dir / "embeddings", None
+    scratch = tempfile.TemporaryDirectory(prefix="r2med-embeddings-")
+    return Path(scratch.name), scratch
+
+
+def _keep(retriever: Retriever, scratch: tempfile.TemporaryDirectory | None) -> Retriever:
+    if scratch is not None:
         retriever._scratch = scratch  # type: ignore[attr-defined]  # removed with the retriever
     return retriever
 
@@ -139,13 +148,13 @@ def _python(spec: RetrieverSpec, cache_dir: Path | None, progress: bool) -> Retr
     from r2med.retrievers.dense.cache import EmbeddingCache
     from r2med.retrievers.dense.retriever import DenseRetriever
 
-    root = cache_dir / "embeddings" if cache_dir is not None else Path(tempfile.mkdtemp(prefix="r2med-embeddings-"))
+    root, scratch = _embedding_root(cache_dir)
     query_instruction, doc_instruction = spec.query_instruction or "", spec.doc_instruction or ""
-    return DenseRetriever(
+    return _keep(DenseRetriever(
         name=check_name(spec.name, what="the system name of a Python encoder", fix="pass r2med.run(..., name='my-model')"),
         encoder=spec.encoder, instructions=lambda dataset: (query_instruction, doc_instruction),
         cache=EmbeddingCache(root), batch_size=spec.batch_size, progress=progress,
-    )
+    ), scratch)
 
 
 def _remote(spec: RetrieverSpec, cache_dir: Path | None, progress: bool) -> Retriever:
@@ -158,13 +167,13 @@ def _remote(spec: RetrieverSpec, cache_dir: Path | None, progress: bool) -> Retr
     if not model.strip():
         raise UsageError("--retriever openai:MODEL needs the model id the server knows, e.g. openai:Qwen/Qwen3-Embedding-8B")
     encoder = OpenAIEmbeddings(model.strip(), batch_size=spec.batch_size or 128)
-    root = cache_dir / "embeddings" if cache_dir is not None else Path(tempfile.mkdtemp(prefix="r2med-embeddings-"))
+    root, scratch = _embedding_root(cache_dir)
     query_instruction, doc_instruction = spec.query_instruction or "", spec.doc_instruction or ""
-    return DenseRetriever(
+    return _keep(DenseRetriever(
         name=system_name(model.strip()), encoder=encoder,
         instructions=lambda dataset: (query_instruction, doc_instruction),
         cache=EmbeddingCache(root), batch_size=spec.batch_size, progress=progress,
-    )
+    ), scratch)
 
 
 @dataclass(frozen=True)

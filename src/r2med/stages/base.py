@@ -7,7 +7,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from r2med.datasets.model import Dataset
 from r2med.store.results import ResultFiles, SystemPath
-from r2med.types import Run, Scores
+from r2med.types import Run, Scores, exact_mean
 
 
 @runtime_checkable
@@ -52,6 +52,9 @@ class DatasetResult:
 def summarise(results: list[DatasetResult]) -> dict[str, dict[str, float]]:
     """``{"<Dataset>": {key: 5-decimal mean}, ..., "average": {key: mean over datasets}}``.
 
+    The average is the exact mean of the 5-decimal values (``r2med.types.exact_mean``), not rounded again: the
+    leaderboard computes the same mean from the same values, so both show the same two decimals.
+
     >>> from r2med.types import Scores
     >>> fake = [DatasetResult(n, Scores({"ndcg_at_10": v}), None, 0.0) for n, v in (("A", 0.1), ("B", 0.2))]
     >>> summarise(fake)
@@ -60,5 +63,5 @@ def summarise(results: list[DatasetResult]) -> dict[str, dict[str, float]]:
     table = {r.dataset: r.scores.rounded(5) for r in results}
     if results:
         keys = list(table[results[0].dataset])
-        table["average"] = {k: round(sum(row[k] for row in table.values()) / len(results), 5) for k in keys}
+        table["average"] = {k: exact_mean([row[k] for row in table.values()]) for k in keys}
     return table

@@ -56,14 +56,19 @@ def _parameters(function: Any) -> tuple[set[str], bool]:
 
 
 def encoder_style(model: Any) -> str:
-    """"r2med" when ``model.encode`` names ``kind`` and ``instruction``, "mteb" for any other ``encode``.
+    """"r2med" when ``model.encode`` names ``kind`` and ``instruction``; "mteb-split" when the model also has
+    ``encode_query`` and ``encode_document`` (sentence-transformers 5: each kind through its own method); "mteb" for
+    any other ``encode`` (``encode(texts, **kwargs)`` included: it is never told the kind).
 
     >>> class Mine:
     ...     def encode(self, texts, *, kind, instruction): ...
     >>> class Mteb:
     ...     def encode(self, sentences, **kwargs): ...
-    >>> encoder_style(Mine()), encoder_style(Mteb())
-    ('r2med', 'mteb')
+    >>> class Split(Mteb):
+    ...     def encode_query(self, sentences, **kwargs): ...
+    ...     def encode_document(self, sentences, **kwargs): ...
+    >>> encoder_style(Mine()), encoder_style(Mteb()), encoder_style(Split())
+    ('r2med', 'mteb', 'mteb-split')
     """
     encode = getattr(model, "encode", None)
     if not callable(encode):
@@ -71,7 +76,11 @@ def encoder_style(model: Any) -> str:
                          "id, or an object with encode(texts, *, kind, instruction) (see r2med.Encoder) or an "
                          "MTEB-style encode(sentences, **kwargs)")
     names, _ = _parameters(encode)
-    return "r2med" if {"kind", "instruction"} <= names else "mteb"
+    if {"kind", "instruction"} <= names:
+        return "r2med"
+    # sentence-transformers 5: encode_query / encode_document apply the model's own query and document prompts
+    split = callable(getattr(model, "encode_query", None)) and callable(getattr(model, "encode_document", None))
+    return "mteb-split" if split else "mteb"
 
 
 def model_cache_key(model: Any, given: str | None) -> str:
@@ -107,7 +116,6 @@ class PythonEncoder:
         self.key = model_cache_key(model, cache_key)
         self.batch_size = batch_size or DEFAULT_BATCH
         self.name = f"python:{self.key}"
-        self._names, self._var_keyword = _parameters(model.encode)
         self._width: int | None = None
 
     def cache_key(self, kind: str) -> dict[str, Any]:
@@ -116,9 +124,12 @@ class PythonEncoder:
     def _call(self, texts: list[str], kind: str, instruction: str) -> Any:
         if self.style == "r2med":
             return self.model.encode(texts, kind=kind, instruction=instruction)
-        extra = {key: value for key, value in (("batch_size", len(texts)), ("show_progress_bar", False))
-                 if key in self._names}
-        return self.model.encode([instruction + text for text in texts], **extra)
+        encode = self.model.encode
+        if self.style == "mteb-split":
+            encode = self.model.encode_query if kind == "query" else self.model.encode_document
+        names, _ = _parameters(encode)
+        extra = {key: value for key, value in (("batch_size", len(texts)), ("show_progress_bar", False)) if key in names}
+        return encode([instruction + text for text in texts], **extra)
 
     def encode(self, texts: Sequence[str], *, kind: str, instruction: str = "", batch_size: int | None = None,
                progress: bool = False, on_batch: Reporter | None = None) -> Any:
@@ -136,12 +147,21 @@ class PythonEncoder:
         with progress_bar(len(texts), desc=f"{self.key} {kind_label(kind)}", unit=kind_unit(kind), enabled=progress) as bar:
             for start in range(0, len(texts), size):
                 batch = texts[start:start + size]
-                rows = self._check(_as_rows(self._call(batch, kind, instruction)), batch)
+                rows = self._check(self._rows(self._call(batch, kind, instruction), batch), batch)
                 parts.append(rows)
                 bar.update(len(batch))
                 if on_batch is not None:
                     on_batch(len(batch))
         return np.concatenate(parts) if parts else np.zeros((0, self._width or 0), dtype=np.float32)
+
+    def _rows(self, output: Any, batch: list[str]) -> Any:
+        try:
+            return _as_rows(output)
+        except (TypeError, ValueError) as exc:  # ragged rows, a dict of outputs, strings, a list of tensors
+            raise InvalidInputError(
+                f"{type(self.model).__name__}.encode (cache key {self.key!r}) returned a {type(output).__name__} that "
+                f"is not an (n, dim) array of numbers ({exc}) for the batch starting {batch[0][:60]!r}; return a "
+                "NumPy array, a list of equal-length lists of floats or a tensor") from None
 
     def _check(self, rows: Any, batch: list[str]) -> Any:
         import numpy as np
@@ -160,3 +180,17 @@ class PythonEncoder:
                                     f"{batch[int(bad[0])][:60]!r}; fix the model (or its inputs) and run again")
         self._width = rows.shape[1]
         return rows
+
+
+def system_folder(key: str) -> str:
+    """The default results-folder name of a Python model: its cache key, ``/`` as ``__``.
+
+    >>> system_folder("acme/encoder v2")
+    'acme__encoder_v2'
+    """
+    import re
+
+    from r2med.io.names import check_name
+
+    return check_name(re.sub(r"[^\w.+-]", "_", key.replace("/", "__")), what=f"cache_key {key!r} as a results folder name",
+                      fix="pass r2med.run(..., name='my-model')")
