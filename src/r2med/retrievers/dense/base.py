@@ -8,10 +8,12 @@ so embeddings can be cached by content, never by name alone.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Literal, Protocol, runtime_checkable
+import inspect
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 Kind = Literal["query", "document"]
 
@@ -62,3 +64,17 @@ def kind_unit(kind: str) -> str:
     ('query', 'doc')
     """
     return "query" if kind == "query" else "doc"
+
+
+def keyword_names(function: Callable[..., Any]) -> set[str]:
+    """The parameters ``function`` takes by name (``**kwargs`` alone names none: it may be handed on to a library
+    that rejects an unknown keyword); empty for a callable without a signature.
+
+    >>> keyword_names(lambda texts, *, kind, batch_size=8, **kwargs: None) == {"texts", "kind", "batch_size"}
+    True
+    """
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):  # a builtin or C-level callable without a signature
+        return set()
+    return {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}

@@ -14,7 +14,6 @@ never a name alone.
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 import logging
 import os
@@ -39,7 +38,7 @@ from r2med.io.verified import (
     write_verified,
     write_verified_json,
 )
-from r2med.retrievers.dense.base import Encoder, Kind, kind_label, kind_unit
+from r2med.retrievers.dense.base import Encoder, Kind, keyword_names, kind_label, kind_unit
 
 logger = logging.getLogger(__name__)
 
@@ -242,12 +241,7 @@ def accepts_on_batch(encoder: Encoder) -> bool:
     >>> accepts_on_batch(Plain()), accepts_on_batch(Reporting())
     (False, True)
     """
-    try:
-        parameters = inspect.signature(encoder.encode).parameters
-    except (TypeError, ValueError):  # a builtin or C-level callable without a signature
-        return False
-    parameter = parameters.get("on_batch")
-    return parameter is not None and parameter.kind in (parameter.KEYWORD_ONLY, parameter.POSITIONAL_OR_KEYWORD)
+    return "on_batch" in keyword_names(encoder.encode)
 
 
 def _identity_of(path: Path) -> tuple[int, int, int, int] | None:

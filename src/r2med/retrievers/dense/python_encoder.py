@@ -18,12 +18,12 @@ and the stored results' configuration: a run is reused only for the same key, in
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from r2med.errors import InvalidInputError, UsageError
 from r2med.io.progress import Reporter, progress_bar
+from r2med.retrievers.dense.base import keyword_names
 
 #: Bumped whenever a change here changes the vectors of an unchanged model.
 PYTHON_ENCODER_VERSION = 1
@@ -43,16 +43,6 @@ class Encoder(Protocol):
     cache_key: str
 
     def encode(self, texts: list[str], *, kind: str, instruction: str) -> Any: ...
-
-
-def _parameters(function: Any) -> tuple[set[str], bool]:
-    """The keyword names ``function`` takes and whether it takes ``**kwargs``."""
-    try:
-        parameters = inspect.signature(function).parameters.values()
-    except (TypeError, ValueError):  # a builtin without a signature: pass nothing extra
-        return set(), False
-    names = {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-    return names, any(p.kind is p.VAR_KEYWORD for p in parameters)
 
 
 def encoder_style(model: Any) -> str:
@@ -75,8 +65,7 @@ def encoder_style(model: Any) -> str:
         raise UsageError(f"{type(model).__name__} has no encode method: r2med.run takes bm25, a model name, path or hub "
                          "id, or an object with encode(texts, *, kind, instruction) (see r2med.Encoder) or an "
                          "MTEB-style encode(sentences, **kwargs)")
-    names, _ = _parameters(encode)
-    if {"kind", "instruction"} <= names:
+    if {"kind", "instruction"} <= keyword_names(encode):
         return "r2med"
     # sentence-transformers 5: encode_query / encode_document apply the model's own query and document prompts
     split = callable(getattr(model, "encode_query", None)) and callable(getattr(model, "encode_document", None))
@@ -117,6 +106,11 @@ class PythonEncoder:
         self.batch_size = batch_size or DEFAULT_BATCH
         self.name = f"python:{self.key}"
         self._width: int | None = None
+        # an MTEB-style model's method per kind and the keywords it names, looked up once
+        split = self.style == "mteb-split"
+        self._methods = {kind: (method, keyword_names(method)) for kind, method in (
+            ("query", model.encode_query if split else model.encode),
+            ("document", model.encode_document if split else model.encode))}
 
     def cache_key(self, kind: str) -> dict[str, Any]:
         return {"encoder": f"r2med-python/{PYTHON_ENCODER_VERSION}", "cache_key": self.key, "style": self.style}
@@ -124,10 +118,7 @@ class PythonEncoder:
     def _call(self, texts: list[str], kind: str, instruction: str) -> Any:
         if self.style == "r2med":
             return self.model.encode(texts, kind=kind, instruction=instruction)
-        encode = self.model.encode
-        if self.style == "mteb-split":
-            encode = self.model.encode_query if kind == "query" else self.model.encode_document
-        names, _ = _parameters(encode)
+        encode, names = self._methods[kind]
         extra = {key: value for key, value in (("batch_size", len(texts)), ("show_progress_bar", False)) if key in names}
         return encode([instruction + text for text in texts], **extra)
 
