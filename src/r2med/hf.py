@@ -254,12 +254,17 @@ def connect_once(host: str, port: int, timeout: float) -> str | None:
     return outcome[0] if outcome else f"no answer within {timeout:g} s"
 
 
-def _cached_probe() -> str | None:
-    """The last probe's failure if it is still fresh (``None``: reachable, or not probed recently)."""
-    host, port, _ = probe_target(hub_endpoint())
+def _fresh_probe(host: str, port: int) -> tuple[float, str | None] | None:
+    """The last probe of ``host:port`` (its time and failure) while it is fresh, else None."""
     with _probes_lock:
         entry = _probes.get((host, port))
-    return entry[1] if entry is not None and time.monotonic() - entry[0] < PROBE_TTL else None
+    return entry if entry is not None and time.monotonic() - entry[0] < PROBE_TTL else None
+
+
+def _cached_probe() -> str | None:
+    """The last probe's failure if it is still fresh (``None``: reachable, or not probed recently)."""
+    entry = _fresh_probe(*probe_target(hub_endpoint())[:2])
+    return entry[1] if entry is not None else None
 
 
 def hub_unreachable() -> str | None:
@@ -273,10 +278,8 @@ def hub_unreachable() -> str | None:
     if not get_settings().hub_probe:
         return None
     host, port, shown = probe_target(hub_endpoint())
-    now = time.monotonic()
-    with _probes_lock:
-        entry = _probes.get((host, port))
-    if entry is not None and now - entry[0] < PROBE_TTL:
+    entry = _fresh_probe(host, port)
+    if entry is not None:
         return entry[1]
     failure = connect_once(host, port, PROBE_TIMEOUT)
     reason = None if failure is None else f"{shown}: {failure}"
