@@ -71,7 +71,7 @@ def main() -> int:
     with server_process("agent", "completion_server", "CompletionServer", args.latency) as base_url:
         for label, concurrency in (("sequential (1 query at a time)", 1), (f"concurrent ({args.concurrency} in flight)",
                                                                            args.concurrency)):
-            config = AgentConfig(args.style, "fake", base_url, chat_template="chatml", concurrency=concurrency)
+            config = AgentConfig(style=args.style, llm_model="fake", base_url=base_url, chat_template="chatml", concurrency=concurrency)
             seconds, report, files = timed(queries, config, searcher)
             rows.append((label, seconds, report, files))
             print(f"# {label}: {seconds:.2f} s, {report.llm_calls} requests, {report.searches} searches", flush=True)

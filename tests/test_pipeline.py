@@ -135,7 +135,7 @@ def test_cli_flags_build_the_same_pipeline(cli, tmp_path):
         ('[[retriever]]\nname = "bm25"\n[[retriever]]\nname = "bge"\n', "need a [fusion] table"),
         ('[[retriever]]\nname = "bm25"\nk2 = 1\n', "unknown key(s) k2"),
         ('[pipline]\n[[retriever]]\nname = "bm25"\n', "unknown key(s) pipline"),
-        ('[pipeline]\ntop_k = 0\n[[retriever]]\nname = "bm25"\n', "top_k must be a positive integer"),
+        ('[pipeline]\ntop_k = 0\n[[retriever]]\nname = "bm25"\n', "top_k must be at least 1, got 0"),
         ("[pipeline\n", "not valid TOML"),
     ],
 )

@@ -29,13 +29,43 @@ query, document and score.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
 
 from r2med.errors import InvalidInputError, UsageError
+from r2med.options import flat, option, redefault
 from r2med.types import Run
 
 NORMALISATIONS = ("minmax", "zscore", "none")
-METHODS = ("rrf", "combsum", "combmnz", "interpolate")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RRFOptions:
+    k: float = option(60.0, "RRF's k in 1 / (k + rank)", minimum=0)
+    weights: list[float] | None = option(None, "one weight per input run, comma-separated (default 1 each)",  # noqa: RUF009
+                                         minimum=0, metavar="W1,W2,...")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CombOptions:
+    norm: str = option("minmax", "score normalisation per query", choices=NORMALISATIONS)
+    weights: list[float] | None = redefault(RRFOptions, "weights", None)  # noqa: RUF009 (a field, as option's)
+
+
+@dataclass(frozen=True, kw_only=True)
+class InterpolateOptions:
+    alpha: float = option(0.5, "interpolate: alpha * first + (1 - alpha) * second", minimum=0, maximum=1)
+    norm: str = redefault(CombOptions, "norm", "minmax")
+
+
+@dataclass(frozen=True)
+class FusionMethod:
+    """A fusion method: its function ``(runs, **options, depth=) -> Run`` and the class of its options."""
+
+    function: Callable[..., Run]
+    options: type
 
 
 def normalise(scores: dict[str, float], method: str = "minmax") -> dict[str, float]:
@@ -175,9 +205,34 @@ def interpolate(runs: Sequence[Run], *, alpha: float = 0.5, norm: str = "minmax"
     return _comb(runs, [alpha, 1.0 - alpha], norm, depth, "interpolate", mnz=False)
 
 
-def fuse(runs: Sequence[Run], method: str = "rrf", **options: object) -> Run:
-    """Dispatch to one of :data:`METHODS` with its keyword options."""
-    table: dict[str, Callable[..., Run]] = {"rrf": rrf, "combsum": combsum, "combmnz": combmnz, "interpolate": interpolate}
-    if method not in table:
+#: the fusion methods by name: adding one is its function and one row here
+METHODS: Mapping[str, FusionMethod] = MappingProxyType({
+    "rrf": FusionMethod(rrf, RRFOptions),
+    "combsum": FusionMethod(combsum, CombOptions),
+    "combmnz": FusionMethod(combmnz, CombOptions),
+    "interpolate": FusionMethod(interpolate, InterpolateOptions),
+})
+
+
+def fusion_method(method: str) -> FusionMethod:
+    if method not in METHODS:
         raise UsageError(f"unknown fusion method {method!r}; valid: {', '.join(METHODS)}")
-    return table[method](runs, **options)
+    return METHODS[method]
+
+
+def fuse(runs: Sequence[Run], method: str = "rrf", **options: Any) -> Run:
+    """Dispatch to one of :data:`METHODS` with its keyword options (checked against its options class).
+
+    >>> fuse([Run({"q": {"x": 1.0}})], "rrf", alpha=0.5)
+    Traceback (most recent call last):
+    ...
+    r2med.errors.UsageError: fusion method 'rrf' takes k, weights (not alpha)
+    """
+    found = fusion_method(method)
+    depth = options.pop("depth", 100)
+    try:
+        values = flat(found.options(**options))
+    except TypeError:
+        valid = ", ".join(flat(found.options()))
+        raise UsageError(f"fusion method {method!r} takes {valid} (not {', '.join(sorted(options))})") from None
+    return found.function(runs, **values, depth=depth)

@@ -11,7 +11,6 @@ no other r2med process changes a stage's stored result before a later stage read
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -22,6 +21,7 @@ from r2med.datasets import dataset_loaders
 from r2med.errors import UsageError
 from r2med.io.dirs import check_output_dir, usable_cache_dir
 from r2med.io.lock import DirectoryLock
+from r2med.options import Runtime, key_of
 from r2med.settings import Settings, get_settings
 from r2med.stages import Agent, DatasetResult, FirstStage, Fuse, Rerank, Retrieve, Stage, run_stage
 from r2med.stages.retrieve import Expansion
@@ -81,8 +81,10 @@ def _run(spec: PipelineSpec, named: list, loaders: list, lock: DirectoryLock, *,
             from r2med.datasets.local import load_corpus
 
             knowledge = load_corpus(spec.agent.knowledge_dir)
-        agent = Agent(spec.agent.config, make_retriever(spec.agent.search_with, cache_dir=cache_dir, progress=progress),
-                      knowledge=knowledge, settings=settings, top_k=spec.top_k, client=client, progress=progress)
+        search = spec.agent.search_with
+        agent = Agent(spec.agent.config, make_retriever(search, cache_dir=cache_dir, progress=progress),
+                      knowledge=knowledge, settings=settings, top_k=spec.top_k, client=client, progress=progress,
+                      search_key=search.key())
         first = FirstStage.resolve(str(run(agent)), output=spec.output)
     else:
         from r2med.retrievers.registry import make_retriever
@@ -95,7 +97,7 @@ def _run(spec: PipelineSpec, named: list, loaders: list, lock: DirectoryLock, *,
         single = spec.name if len(spec.retrievers) == 1 and spec.fusion is None else None
         for rspec in spec.retrievers:
             stage = Retrieve(make_retriever(rspec, cache_dir=cache_dir, progress=progress), top_k=spec.top_k,
-                             expansion=expansion, settings=settings, system=single)
+                             expansion=expansion, settings=settings, system=single, key=rspec.key())
             inputs.append((run(stage), stage.ignore_identical_ids))
             del stage  # one retriever (model) in memory at a time
         last = inputs[-1][0]
@@ -108,9 +110,9 @@ def _run(spec: PipelineSpec, named: list, loaders: list, lock: DirectoryLock, *,
         from r2med.rerankers.registry import make_reranker
 
         rerank = spec.reranker
-        reranker = make_reranker(rerank.name, dataclasses.replace(rerank.options, cache_dir=cache_dir, progress=progress))
+        reranker = make_reranker(rerank.name, rerank.options, Runtime(cache_dir, progress))
         run(Rerank(reranker, first, top_k=rerank.top_k, truncate=rerank.truncate,
-                   ignore_identical_ids=rerank.identical_ids == "drop"))
+                   ignore_identical_ids=rerank.identical_ids == "drop", key=reranker_key(rerank)))
     return results
 
 
@@ -151,18 +153,18 @@ def run(
     """
     from r2med.retrievers.registry import RetrieverSpec
 
-    options = {"batch_size": batch_size, "query_instruction": query_instruction, "doc_instruction": doc_instruction,
-               "identical_ids": identical_ids}
+    given = {key: value for key, value in (("batch_size", batch_size), ("query_instruction", query_instruction),
+                                           ("doc_instruction", doc_instruction)) if value is not None}
     if isinstance(retriever, (str, os.PathLike)):
         if cache_key is not None:
             raise UsageError(f"cache_key is for a Python model object; {os.fspath(retriever)!r} has its own")
-        spec = RetrieverSpec(os.fspath(retriever), **options)
+        spec = RetrieverSpec.parse(os.fspath(retriever), given=given, identical_ids=identical_ids)
     else:
         from r2med.retrievers.dense.python_encoder import PythonEncoder, system_folder
 
         encoder = PythonEncoder(retriever, cache_key=cache_key, batch_size=batch_size)
         system = name or system_folder(encoder.key)
-        spec = RetrieverSpec(system, encoder=encoder, **options)
+        spec = RetrieverSpec(system, given, identical_ids, encoder=encoder)
     pipeline = PipelineSpec(
         retrievers=(spec,), name=name, datasets=(datasets,) if isinstance(datasets, str) else tuple(datasets or ()) or None,
         data_dir=Path(data_dir) if data_dir is not None else None, output=Path(output), top_k=top_k,
@@ -173,3 +175,13 @@ def run(
 
     stages = run_pipeline(pipeline, settings=settings, progress=progress, resume=resume)
     return summarise(list(stages.values())[-1])
+
+
+def reranker_key(rerank: RerankSpec) -> dict[str, Any]:
+    """What keys a reranked result besides the reranker's own description: its name and declared options."""
+    from r2med.rerankers.registry import options_for, reranker_kind
+
+    options = rerank.options
+    if options is None or isinstance(options, dict):
+        options = options_for(rerank.name, options)
+    return {"kind": reranker_kind(rerank.name).name, "name": rerank.name, "options": key_of(options)}

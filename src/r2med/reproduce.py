@@ -47,15 +47,14 @@ class Plan:
         """The ``PipelineSpec`` that runs this configuration: the retriever (with the published expansions and the
         authors' answer policy for GAR rows), then for reranker rows the reranker over its top k, truncated."""
         from r2med.config import PipelineSpec, RerankSpec
-        from r2med.rerankers.registry import RerankerOptions
         from r2med.retrievers.registry import RetrieverSpec
 
+        given = {key: value for key, value in (("device", device), ("batch_size", batch_size)) if value is not None}
         rerank = None
         if self.reranker is not None:
-            rerank = RerankSpec(self.reranker, top_k=int(self.rerank_top_k or 100), truncate=True,
-                                options=RerankerOptions(device=device, batch_size=batch_size))
+            rerank = RerankSpec(self.reranker, top_k=int(self.rerank_top_k or 100), truncate=True, options=given)
         return PipelineSpec(
-            retrievers=(RetrieverSpec(self.retriever, device=device, batch_size=batch_size),),
+            retrievers=(RetrieverSpec.parse(self.retriever, given=given),),
             datasets=tuple(datasets) if datasets else None, data_dir=data_dir, output=output,
             expansion="/".join(self.expansion) if self.expansion else None, answer_policy=self.answer_policy,
             reranker=rerank,

@@ -158,7 +158,7 @@ def test_the_same_request_from_two_queries_at_once_is_sent_once(style, scifact_s
     twins = replace(dataset, queries={qids[0]: question, qids[1]: question})
     searcher = open_searcher(BM25Retriever(cache_dir=None, progress=False, workers=1), dataset)
     with CompletionServer(latency=LATENCY) as server:
-        config = AgentConfig(style, LLM, server.base_url, chat_template="chatml", concurrency=2)
+        config = AgentConfig(style=style, llm_model=LLM, base_url=server.base_url, chat_template="chatml", concurrency=2)
         report = run_agent(twins, config, searcher, out_dir=tmp_path / "twins", progress=False)
         keys = [wire_key(body) for body in server.requests]
     per_query = STYLES[style][0]

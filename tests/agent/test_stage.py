@@ -239,7 +239,7 @@ def test_an_agent_table_in_a_pipeline_spec(tmp_path):
 
 @pytest.mark.parametrize("raw, message", [
     ({"agent": {"style": "search-r1", "llm_model": "m", "base_url": "http://x/v1", "stlye": "x"}},
-     r"\[agent\]: unknown key\(s\) stlye; valid: "),
+     r"\[agent\]: unknown key\(s\) stlye \(did you mean style\?\); valid: "),
     ({"agent": {"style": "search-r1", "base_url": "http://x/v1"}}, r"\[agent\]: needs llm_model"),
     ({"agent": {"style": "search-r1", "llm_model": "m", "base_url": "http://x/v1"}, "retriever": [{"name": "bm25"}]},
      r"an \[agent\] table is the first stage; remove the \[\[retriever\]\] tables"),

@@ -195,18 +195,18 @@ def test_templates_wrap_one_user_turn():
 # --------------------------------------------------------------------------------------------- config, answers
 
 def test_agent_config_resolves_the_authors_defaults():
-    r1 = AgentConfig("search-r1", "PeterJinGo/SearchR1-nq_hotpotqa_train-qwen2.5-7b-em-ppo", "http://x/v1").resolved()
+    r1 = AgentConfig(style="search-r1", llm_model="PeterJinGo/SearchR1-nq_hotpotqa_train-qwen2.5-7b-em-ppo", base_url="http://x/v1").resolved()
     assert (r1.chat_template, r1.search_top_k, r1.max_searches, r1.max_turns, r1.max_tokens, r1.temperature,
             r1.top_p) == ("qwen2.5", 3, 10, 11, 1024, 0.7, None)
-    o1 = AgentConfig("search-o1", "Qwen/QwQ-32B", "http://x/v1").resolved()
+    o1 = AgentConfig(style="search-o1", llm_model="Qwen/QwQ-32B", base_url="http://x/v1").resolved()
     assert (o1.chat_template, o1.search_top_k, o1.max_searches, o1.max_turns, o1.max_tokens, o1.temperature,
             o1.top_p) == ("qwq", 10, 10, 15, 20480, 0.7, 0.8)
     # more searches than the turn limit allows: one turn more than searches
-    assert AgentConfig("search-r1", "m", "http://x/v1", chat_template="raw", max_searches=20).resolved().max_turns == 21
-    assert AgentConfig("search-r1", "m", "http://x/v1", chat_template="raw", max_searches=0).resolved().max_searches == 0
+    assert AgentConfig(style="search-r1", llm_model="m", base_url="http://x/v1", chat_template="raw", max_searches=20).resolved().max_turns == 21
+    assert AgentConfig(style="search-r1", llm_model="m", base_url="http://x/v1", chat_template="raw", max_searches=0).resolved().max_searches == 0
     # llm_name names the model's template when the id does not
-    assert AgentConfig("search-o1", "/models/ckpt", "http://x/v1", llm_name="qwen3-8b").resolved().chat_template == "chatml"
-    key = AgentConfig("search-o1", "Qwen/Qwen3-8B", "http://x/v1", concurrency=3, max_requests=9).key()
+    assert AgentConfig(style="search-o1", llm_model="/models/ckpt", base_url="http://x/v1", llm_name="qwen3-8b").resolved().chat_template == "chatml"
+    key = AgentConfig(style="search-o1", llm_model="Qwen/Qwen3-8B", base_url="http://x/v1", concurrency=3, max_requests=9).key()
     assert "base_url" not in key and "concurrency" not in key and "max_requests" not in key
     assert key["extra"] == {"top_k": 20, "repetition_penalty": 1.0}
 
@@ -227,7 +227,7 @@ def test_agent_config_errors(kwargs, message):
 
 def test_a_model_without_a_known_template_needs_one():
     with pytest.raises(UsageError, match=r"no chat template is known for 'gpt-4o'; pass --chat-template"):
-        AgentConfig("search-r1", "gpt-4o", "http://x/v1").resolved()
+        AgentConfig(style="search-r1", llm_model="gpt-4o", base_url="http://x/v1").resolved()
 
 
 def test_answer_of():

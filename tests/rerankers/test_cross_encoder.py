@@ -58,11 +58,13 @@ def direct_logits(model_dir, query: str, documents: list[str]) -> list[float]:
 
 @pytest.mark.slow
 def test_reranks_scifact_bm25_top10_offline_and_rerun_hits_the_cache(cross_encoder_dir, isolated_home):
-    from r2med.rerankers.registry import RerankerOptions, make_reranker
+    from r2med.options import Runtime
+    from r2med.rerankers.options import PointwiseOptions
+    from r2med.rerankers.registry import make_reranker
 
     dataset, run = scifact(), bm25_top20()
-    options = RerankerOptions(cache_dir=isolated_home, device="cpu", max_length=MAX_LENGTH, progress=False)
-    reranker = make_reranker(str(cross_encoder_dir), options)
+    options, runtime = PointwiseOptions(device="cpu", max_length=MAX_LENGTH), Runtime(isolated_home, progress=False)
+    reranker = make_reranker(str(cross_encoder_dir), options, runtime)
     out = reranker.rerank(dataset.queries, dataset.corpus, run, top_k=10)
     assert reranker.name == system_name(str(cross_encoder_dir), flag="--reranker")  # its name + 8 hex of its path
     for qid in QUERIES:
@@ -71,11 +73,12 @@ def test_reranks_scifact_bm25_top10_offline_and_rerun_hits_the_cache(cross_encod
         expected = [bm25[i] for i in sorted(range(10), key=lambda i: -logits[i])]
         assert ranked_ids(out, qid) == expected + bm25[10:], qid  # top 10 by logit, ranks 11-20 untouched
         assert expected != bm25[:10]  # the head really moved
-    assert (reranker.last_stats.pairs, reranker.last_stats.cached, reranker.last_stats.scored) == (40, 0, 40)
+    assert (out.stats.pairs, out.stats.cached, out.stats.scored) == (40, 0, 40)  # the stats come with the result
 
-    again = make_reranker(str(cross_encoder_dir), options)
-    assert again.rerank(dataset.queries, dataset.corpus, run, top_k=10) == out
-    assert (again.last_stats.cached, again.last_stats.scored) == (40, 0)
+    again = make_reranker(str(cross_encoder_dir), options, runtime)
+    second = again.rerank(dataset.queries, dataset.corpus, run, top_k=10)
+    assert second == out
+    assert (second.stats.cached, second.stats.scored) == (40, 0)
     assert again.scorer._model is None  # answered from the cache: the model was never loaded
 
 
@@ -116,10 +119,13 @@ def test_rerank_command_writes_the_official_layout(cross_encoder_dir, tmp_path):
     assert stored["test"]["ndcg_at_10"] == table["scifact"]["ndcg_at_10"]
     assert set(json.loads(first.out)) == {"scifact", "average"}
     # the stored TREC run, read as trec_eval reads it, is exactly the reranked order
-    from r2med.rerankers.registry import RerankerOptions, make_reranker
+    from r2med.options import Runtime
+    from r2med.rerankers.options import PointwiseOptions
+    from r2med.rerankers.registry import make_reranker
 
     dataset, run = scifact(), bm25_top20()
-    reranker = make_reranker(str(cross_encoder_dir), RerankerOptions(device="cpu", max_length=MAX_LENGTH, progress=False))
+    reranker = make_reranker(str(cross_encoder_dir), PointwiseOptions(device="cpu", max_length=MAX_LENGTH),
+                             Runtime(progress=False))
     expected = reranker.rerank(dataset.queries, dataset.corpus, run, top_k=10)
     for qid in QUERIES:
         assert trec_order(where / "scifact.run", qid) == ranked_ids(expected, qid)
@@ -213,12 +219,12 @@ def test_rerank_after_run_reads_the_stage_just_written(cross_encoder_dir, tmp_pa
     from conftest import shared_path
     from r2med.config import PipelineSpec, RerankSpec
     from r2med.pipeline import run_pipeline
-    from r2med.rerankers.registry import RerankerOptions
+    from r2med.rerankers.options import PointwiseOptions
 
     stage = tmp_path / "base retriever" / "bm25"
     stage.mkdir(parents=True)
     shutil.copy(BM25_TOP20, stage / "scifact.run")
-    options = RerankerOptions(device="cpu", max_length=MAX_LENGTH)
+    options = PointwiseOptions(device="cpu", max_length=MAX_LENGTH)
     spec = PipelineSpec(first_stage="bm25", reranker=RerankSpec(str(cross_encoder_dir), top_k=5, options=options),
                         data_dir=shared_path("data", "scifact"), output=tmp_path)
     results = list(run_pipeline(spec, progress=False).values())[-1]

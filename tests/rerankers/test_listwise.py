@@ -66,7 +66,7 @@ def test_one_window_per_query_with_clean_garbage_and_reasoning_answers(tmp_path)
     assert seen.passages == [f"[{i + 1}] {cut_words(dataset.corpus[d], 300)}" for i, d in enumerate(ranked_ids(run, "3"))]
     # query 212's relevant document was at BM25 rank 18; answer [18] first puts it at rank 1
     assert ranked_ids(out, "212")[0] in dataset.qrels["212"]
-    log = {entry["qid"]: entry for entry in ranker.window_log}
+    log = {entry["qid"]: entry for entry in out.artifacts["windows"]}  # the window log comes with the result
     assert (log["3"]["source"], log["3"]["clean"]) == ("bracket-chain", True)
     assert (log["36"]["duplicates"], log["36"]["out_of_range"], log["36"]["missing"][:2]) == ([3], [25], [4, 5])
     assert log["212"]["reasoning"] == "Passage [1] looks best, so [1] > [2]" and log["212"]["answer"] == "[18] > [5] > [1]"
@@ -76,7 +76,7 @@ def test_one_window_per_query_with_clean_garbage_and_reasoning_answers(tmp_path)
     assert sorted(r["qid"] for r in records) == sorted(QUERIES)
     assert next(r for r in records if r["qid"] == "261")["reasoning"] == "thinking about [1] > [2]"
     # only query 3 named all 20 passages once: the answers of 36, 212 and 261 were repaired
-    assert (ranker.last_stats.requested, ranker.last_stats.repaired) == (4, 3)
+    assert (out.stats.requested, out.stats.repaired) == (4, 3)
 
 
 def test_sliding_windows_follow_the_previous_order():
@@ -121,8 +121,9 @@ def test_an_interrupted_run_resumes_from_the_cache(tmp_path):
         assert [r.query for r in server.requests] == [dataset.queries["36"]] * 2  # only the two missing windows
         server.requests.clear()
         third = reranker(server, window=10, stride=5, cache=ResponseCache(path))
-        assert third.rerank(dataset.queries, dataset.corpus, run, top_k=20) == out
-        assert server.requests == [] and third.last_stats.cached == 12
+        again = third.rerank(dataset.queries, dataset.corpus, run, top_k=20)
+        assert again == out
+        assert server.requests == [] and again.stats.cached == 12
     final = [19, 18, 17, 16, 15, 4, 3, 2, 1, 0, 9, 8, 7, 6, 5, 14, 13, 12, 11, 10]  # as in the sliding test
     assert ranked_ids(out, "36") == [ranked_ids(run, "36")[i] for i in final]
 

@@ -114,9 +114,11 @@ def test_reranks_by_score_through_the_cache(tiny_rankllama, tmp_path):
 
 
 def test_registry_builds_rankllama_without_loading(isolated_home):
-    from r2med.rerankers.registry import RerankerOptions, make_reranker
+    from r2med.options import Runtime
+    from r2med.rerankers.options import RankLlamaOptions
+    from r2med.rerankers.registry import make_reranker
 
-    reranker = make_reranker("llama", RerankerOptions(cache_dir=isolated_home, device="cpu"))
+    reranker = make_reranker("llama", RankLlamaOptions(device="cpu"), Runtime(isolated_home))
     assert reranker.name == "rankllama"
     scorer = reranker.scorer
     assert (scorer.adapter, scorer.base_model, scorer.max_length) == (

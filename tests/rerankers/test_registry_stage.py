@@ -10,7 +10,8 @@ import sys
 import pytest
 
 from r2med.errors import MissingResourceError, UsageError
-from r2med.rerankers.registry import RerankerOptions, make_reranker, reranker_registry, resolve_reranker
+from r2med.rerankers.options import ListwiseOptions
+from r2med.rerankers.registry import make_reranker, reranker_registry, resolve_reranker
 from r2med.stages.rerank import FirstStage, run_digest
 from r2med.types import Run
 
@@ -45,13 +46,13 @@ def test_unknown_names_suggest():
 
 def test_listwise_needs_an_llm_and_takes_its_name_into_the_folder():
     with pytest.raises(UsageError, match="--llm-model"):
-        make_reranker("listwise", RerankerOptions())
-    reranker = make_reranker("listwise", RerankerOptions(llm_model="Qwen/Qwen3-8B", base_url="http://localhost:9/v1",
+        make_reranker("listwise", ListwiseOptions())
+    reranker = make_reranker("listwise", ListwiseOptions(llm_model="Qwen/Qwen3-8B", base_url="http://localhost:9/v1",
                                                          with_scores=True, window=10, stride=5))
     assert reranker.name == "listwise-Qwen__Qwen3-8B+scores"
     assert (reranker.window, reranker.stride, reranker.cache) == (10, 5, None)
     with pytest.raises(UsageError, match="stride must be between 1 and the window"):
-        make_reranker("listwise", RerankerOptions(llm_model="m", base_url="http://localhost:9/v1", window=5, stride=6))
+        make_reranker("listwise", ListwiseOptions(llm_model="m", base_url="http://localhost:9/v1", window=5, stride=6))
 
 
 def test_first_stage_from_names_paths_directories_and_files(tmp_path):

@@ -74,11 +74,12 @@ def test_pointwise_rerun_is_free_and_duplicate_pairs_are_scored_once(tmp_path):
     assert [list(out[q]) for q in ("q1", "q2", "q3")] == [["b", "a", "c"], ["b", "c", "d"], ["a"]]
     # 5 pairs, 4 distinct, sent longest first by query + document characters: 4+4, 5+2, 4+2, 4+1
     assert first.seen == [("same", "xxxx"), ("other", "xx"), ("same", "xx"), ("same", "x")]
-    assert (reranker.last_stats.pairs, reranker.last_stats.cached, reranker.last_stats.scored) == (5, 0, 4)
+    assert (out.stats.pairs, out.stats.cached, out.stats.scored) == (5, 0, 4)
     second = CountingScorer()
     again = PointwiseReranker("len", second, batch_size=2, cache_dir=tmp_path, progress=False)
-    assert again.rerank(queries, corpus, run, top_k=2) == out
-    assert second.seen == [] and (again.last_stats.cached, again.last_stats.scored) == (4, 0)
+    rerun = again.rerank(queries, corpus, run, top_k=2)
+    assert rerun == out
+    assert second.seen == [] and (rerun.stats.cached, rerun.stats.scored) == (4, 0)
 
 
 class FailingScorer(CountingScorer):

@@ -25,6 +25,7 @@ from conftest import DATA, REPO
 from r2med.datasets import load_dir
 from r2med.io import atomic
 from r2med.io.digest import digest_file
+from r2med.rerankers.base import Reranked
 from r2med.retrievers.bm25.retriever import BM25Retriever
 from r2med.stages import FirstStage, Rerank, Retrieve, run_stage
 from r2med.types import Run
@@ -41,19 +42,16 @@ class Reverse:
 
     name = "reverse"
 
-    def __init__(self) -> None:
-        self.window_log: list[dict[str, Any]] = []
-
     def describe(self) -> dict[str, Any]:
         return {"kind": "reverse"}
 
     def rerank(self, queries, corpus, run: Run, *, top_k: int = 100) -> Run:
-        out, self.window_log = Run(), []
+        out, log = Run(), []
         for qid in run:
             ranked = [doc for doc, _ in run.ranked(qid)][:top_k][::-1]
             out[qid] = {doc: float(len(ranked) - i) for i, doc in enumerate(ranked)}
-            self.window_log.append({"qid": qid, "order": ranked})
-        return out
+            log.append({"qid": qid, "order": ranked})
+        return Reranked(out, name=self.name, artifacts={"windows": log})
 
 
 def work(out: Path, home: Path, top_k: int) -> None:

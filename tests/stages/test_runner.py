@@ -93,9 +93,9 @@ def test_a_spec_file_can_name_a_reranker_stage(tmp_path):
     assert (spec.reranker.name, spec.reranker.top_k, spec.reranker.truncate) == ("listwise", 20, True)
     assert (spec.reranker.options.window, spec.reranker.options.llm_model, spec.reranker.options.stride) == (10, "m", 10)
     with pytest.raises(InvalidInputError, match=r"\[reranker\]: unknown key\(s\) api_key"):
-        parse_spec({**raw, "reranker": {"name": "x", "api_key": "sk"}}, base=tmp_path)
-    with pytest.raises(InvalidInputError, match=r"\[reranker\]: top_k must be a positive integer, got True"):
-        parse_spec({**raw, "reranker": {"name": "x", "top_k": True}}, base=tmp_path)
+        parse_spec({**raw, "reranker": {"name": "listwise", "api_key": "sk"}}, base=tmp_path)
+    with pytest.raises(InvalidInputError, match=r"\[reranker\]: top_k must be an integer, got True"):
+        parse_spec({**raw, "reranker": {"name": "listwise", "top_k": True}}, base=tmp_path)
     with pytest.raises(InvalidInputError, match=r"\[reranker\]: needs name"):
         parse_spec({**raw, "reranker": {"top_k": 3}}, base=tmp_path)
 

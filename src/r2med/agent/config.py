@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from r2med.agent import styles as st
 from r2med.agent.templates import template_for_model, templates
 from r2med.errors import UsageError
+from r2med.llm.endpoint import LLMOptions
 from r2med.llm.reasoning import POLICIES
+from r2med.options import option, redefault
 
 #: why a query's loop ended
 STOP_REASONS = {
@@ -24,28 +26,35 @@ STOP_REASONS = {
 }
 
 
-@dataclass(frozen=True)
-class AgentConfig:
-    """One agent: ``style`` (search-r1 | search-o1), the LLM (``llm_model`` at ``base_url``; ``llm_name`` names its
-    folder, default the model id), and the loop's limits. ``None`` takes the style's default (the authors')."""
+@dataclass(frozen=True, kw_only=True)
+class AgentConfig(LLMOptions):
+    """One agent: ``style`` (search-r1 | search-o1), the LLM (``r2med.llm.endpoint``: ``llm_model`` at ``base_url``;
+    ``llm_name`` names its folder, default the model id) and the loop's limits. ``None`` takes the style's default
+    (the authors')."""
 
-    style: str
-    llm_model: str
-    base_url: str
-    llm_name: str | None = None
-    chat_template: str | None = None
-    search_top_k: int | None = None
-    max_searches: int | None = None
-    max_turns: int | None = None
-    max_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    seed: int | None = None
-    concurrency: int = 16
-    policy: str = "fallback"
-    max_requests: int | None = None
+    style: str = option(None, "the agent: search-r1 (Search-R1's loop) or search-o1 (Search-o1's, with "
+                        "Reason-in-Documents)", choices=lambda: tuple(st.STYLES))
+    chat_template: str | None = option(None, "how the user turn is wrapped (default: from the model name)",
+                                       choices=lambda: tuple(templates().names()))
+    search_top_k: int | None = option(None, "documents per search (default: Search-R1 3, Search-o1 10)", minimum=1)
+    max_searches: int | None = option(None, "searches per query (default 10)", minimum=0)
+    max_turns: int | None = option(None, "generations per query (default: Search-R1 11, Search-o1 15)", minimum=1)
+    max_tokens: int | None = redefault(LLMOptions, "max_tokens", None,
+                                       note="default: Search-R1 1024; Search-o1 8192, QwQ 20480")
+    temperature: float | None = redefault(LLMOptions, "temperature", None, note="default 0.7, both styles")
+    top_p: float | None = redefault(LLMOptions, "top_p", None, note="default: Search-o1 0.8, Search-R1 the server's")
+    concurrency: int = redefault(LLMOptions, "concurrency", 16)
+    policy: str = option("fallback", "a query the agent did not answer: fallback = the plain question as hy_doc, "
+                         "authors = the whole output, error = leave it out (a failed query)", choices=POLICIES,
+                         flag="--answer-policy", aliases=("answer_policy",))
+    max_requests: int | None = option(None, "budget: HTTP requests for the whole run", minimum=1, keyed=False)
 
     def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("style", "llm_model", "base_url"):
+            if not getattr(self, name):
+                raise UsageError(f"needs {name}: an agent needs style, llm_model and base_url (e.g. search-r1, "
+                                 "MODEL, http://localhost:8000/v1)")
         st.agent_style(self.style)  # UsageError with the valid names
         if self.policy not in POLICIES:
             raise UsageError(f"unknown answer policy {self.policy!r}; valid: {', '.join(POLICIES)}")
@@ -82,11 +91,16 @@ class AgentConfig:
         )
 
     def key(self) -> dict[str, Any]:
-        """What determines the agent's output (manifests, summaries): no address, concurrency or budget."""
-        out = asdict(self.resolved())
-        for name in ("base_url", "concurrency", "max_requests", "llm_name"):
-            out.pop(name)
+        """What determines the agent's output (manifests, summaries): its keyed options (no address, key, timeout,
+        concurrency or budget), in the order r2med has always written them."""
+        resolved = self.resolved()
+        out = {name: getattr(resolved, name) for name in _KEY_ORDER}
         out["extra"] = st.agent_style(self.style).extra(self.llm_model)
         if out["style"] == "search-o1":  # the Reason-in-Documents call's own, fixed sampling
             out["reason_in_documents"] = {**st.O1_REASON_SAMPLING, **st.O1_REASON_EXTRA}
         return out
+
+
+#: the keyed options of an agent, in the order of its manifests and summaries
+_KEY_ORDER = ("style", "llm_model", "chat_template", "search_top_k", "max_searches", "max_turns", "max_tokens",
+              "temperature", "top_p", "seed", "policy")

@@ -90,8 +90,7 @@ class _Engine:
 
         if reason_in_documents:
             return SamplingParams(**st.O1_REASON_SAMPLING, max_tokens=self.config.max_tokens, seed=self.config.seed)
-        return SamplingParams(temperature=self.config.temperature, top_p=self.config.top_p,
-                              max_tokens=self.config.max_tokens, seed=self.config.seed)
+        return self.config.sampling()  # resolved: the style's defaults filled in; "none" sends no value
 
     async def generate(self, prompt: str, stop: tuple[str, ...], *, reason_in_documents: bool = False) -> dict[str, Any]:
         """A completion of ``prompt``: from the cache, else requested and appended to the cache before it is used.
@@ -310,7 +309,7 @@ def run_agent(
     a spent budget stops new requests; what finished is written before it is raised.
     """
     from r2med.llm.cache import ResponseCache
-    from r2med.llm.client import Budget, ChatClient
+    from r2med.llm.client import Budget
 
     start = time.perf_counter()
     config = config.resolved()
@@ -318,7 +317,7 @@ def run_agent(
     report = AgentReport(dataset.name, config.style, config.name, queries=len(dataset.queries))
     report.paths = {"cache": out_dir / CACHE_FILE, "expansions": out_dir / EXPANSION_FILE,
                     "trajectories": out_dir / TRAJECTORIES_FILE, "summary": out_dir / SUMMARY_FILE}
-    client = client or ChatClient(config.llm_model, config.base_url, budget=Budget(max_requests=config.max_requests))
+    client = client or config.client(str(config.base_url), budget=Budget(max_requests=config.max_requests))
     cache = ResponseCache(report.paths["cache"])
     engine = _Engine(config, searcher, client, cache, report)
     bar = progress_bar(len(dataset.queries), desc=f"{dataset.name}: {config.style} {config.name}", unit="query",

@@ -12,20 +12,27 @@ from pathlib import Path
 
 from r2med.cli.args import add_recompute_options, emit_json, positive_int, progress_printer, result_table
 from r2med.cli.args import csv_list as _csv
+from r2med.cli.flags import add
+
+
+def flag_sets() -> list:
+    """The generated option flags of ``agent``: the agent's (``AgentConfig``: the LLM endpoint, the style, the loop's
+    limits) and the dense search retriever's (``--search-with``'s defaults)."""
+    from r2med.agent.config import AgentConfig
+    from r2med.options import Flags
+    from r2med.retrievers.dense.options import DenseOptions
+
+    return [Flags(AgentConfig, required=("style", "llm_model", "base_url"), title="agent"),
+            Flags(DenseOptions, skip=("query_instruction", "doc_instruction"), title="dense search")]
 
 
 def build_spec(args: argparse.Namespace):
-    from r2med.agent.config import AgentConfig
     from r2med.config import AgentSpec, PipelineSpec
     from r2med.retrievers.registry import RetrieverSpec
 
-    config = AgentConfig(
-        style=args.style, llm_model=args.llm_model, base_url=args.base_url, llm_name=args.llm_name,
-        chat_template=args.chat_template, search_top_k=args.search_top_k, max_searches=args.max_searches,
-        max_turns=args.max_turns, max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
-        seed=args.seed, concurrency=args.concurrency, policy=args.answer_policy, max_requests=args.max_requests,
-    )
-    search = RetrieverSpec(args.search_with, batch_size=args.batch_size, device=args.device)
+    agent, dense = flag_sets()
+    config = agent.build(args)
+    search = RetrieverSpec.parse(args.search_with, given=dense.given(args), where=f"--search-with {args.search_with}")
     return PipelineSpec(agent=AgentSpec(config, search, args.knowledge_dir),
                         datasets=tuple(args.tasks) if args.tasks else None, data_dir=args.data_dir,
                         output=args.output, top_k=args.top_k, cache=not args.no_cache)
@@ -72,45 +79,15 @@ def cmd_agent(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     """Add ``agent`` to the ``r2med`` subcommands (``common``: the -q/-v options)."""
-    from r2med.agent.styles import STYLES
-    from r2med.agent.templates import TEMPLATES
-    from r2med.llm.reasoning import POLICIES
-
     ag = sub.add_parser("agent", parents=[common],
                         help="agentic search (Search-R1, Search-o1) over any retriever: expansions, a ranking, trajectories")
-    ag.add_argument("--style", required=True, choices=list(STYLES),
-                    help="; ".join(s.description for s in STYLES.values()))
-    ag.add_argument("--llm-model", required=True, metavar="MODEL", help="model id the server knows (sent as 'model')")
-    ag.add_argument("--base-url", required=True, metavar="URL",
-                    help="an OpenAI-compatible server with /v1/completions (vLLM, llama.cpp, SGLang), e.g. "
-                         "http://localhost:8000/v1")
-    ag.add_argument("--llm-name", default=None, metavar="NAME",
-                    help="the LLM's folder name in expansions/<Dataset>/<style>/ and agent/<style>/ (default: the model id)")
-    ag.add_argument("--chat-template", default=None, choices=list(TEMPLATES),
-                    help="how the user turn is wrapped (default: from the model name; "
-                         + "; ".join(f"{t.name}: {t.description}" for t in TEMPLATES.values()) + ")")
     ag.add_argument("--search-with", default="bm25", metavar="RETRIEVER",
-                    help="the retriever the agent searches with: bm25, a zoo model, a model path, openai:<model> (default bm25)")
+                    help="the retriever the agent searches with: bm25, a zoo model, a model path, openai:<model>, with "
+                         "its own options after a colon (bm25:variant=lucene; default bm25)")
     ag.add_argument("--knowledge-dir", type=Path, default=None, metavar="DIR",
                     help="search this corpus (a directory with corpus.jsonl, R2MED or BEIR rows) instead of each "
                          "dataset's own")
-    ag.add_argument("--search-top-k", type=positive_int, default=None,
-                    help="documents per search (default: Search-R1 3, Search-o1 10)")
-    ag.add_argument("--max-searches", type=int, default=None, help="searches per query (default 10)")
-    ag.add_argument("--max-turns", type=positive_int, default=None,
-                    help="generations per query (default: Search-R1 11, Search-o1 15)")
-    ag.add_argument("--max-tokens", type=positive_int, default=None,
-                    help="tokens per generation (default: Search-R1 1024; Search-o1 8192, QwQ 20480)")
-    ag.add_argument("--temperature", type=float, default=None, help="default 0.7 (both)")
-    ag.add_argument("--top-p", type=float, default=None, help="default: Search-o1 0.8, Search-R1 the server's")
-    ag.add_argument("--seed", type=int, default=None)
-    ag.add_argument("--concurrency", type=positive_int, default=16, help="queries (requests) in flight at once (default 16)")
-    ag.add_argument("--max-requests", type=positive_int, default=None, help="budget: HTTP requests for the whole run")
-    ag.add_argument("--answer-policy", choices=POLICIES, default="fallback",
-                    help="a query the agent did not answer: fallback = the plain question as hy_doc (default), "
-                         "authors = the whole output, error = leave it out (a failed query)")
-    ag.add_argument("--batch-size", type=int, default=None, help="dense search: encoding batch size")
-    ag.add_argument("--device", default=None, help="dense search: cpu, cuda, cuda:N or mps")
+    add(ag, flag_sets())
     ag.add_argument("--tasks", type=_csv, default=None, metavar="NAMES",
                     help="comma-separated dataset names or 'all' (default: all 8, or every dataset under --data-dir)")
     ag.add_argument("--data-dir", type=Path, default=None, help="one dataset directory or a directory of them (default: the hub)")

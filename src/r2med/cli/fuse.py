@@ -6,7 +6,16 @@ import argparse
 import sys
 from pathlib import Path
 
-from r2med.cli.args import csv_list as _csv
+from r2med.cli.args import positive_int
+
+
+def flag_sets() -> list:
+    """Every fusion method's options (``r2med.fusion.METHODS``), each flag once; a method takes its own."""
+    from r2med.fusion import METHODS
+    from r2med.options import Flags
+
+    return [Flags(cls, title=f"{', '.join(m for m, f in METHODS.items() if f.options is cls)} options")
+            for cls in dict.fromkeys(method.options for method in METHODS.values())]
 
 
 def cmd_fuse(args: argparse.Namespace) -> int:
@@ -21,15 +30,18 @@ def cmd_fuse(args: argparse.Namespace) -> int:
     problem = dir_problem(args.output.parent)
     if problem is not None:
         raise UsageError(f"--output {args.output}: {problem}; name a run file in a writable directory")
+    from r2med.cli.flags import given
+    from r2med.fusion import METHODS
+    from r2med.options import options_of
+
+    values = given(args, flag_sets())
+    own = {opt.name for opt in options_of(METHODS[args.method].options)}
+    other = sorted(set(values) - own)
+    if other:
+        raise UsageError(f"--{other[0].replace('_', '-')} is not an option of --method {args.method} (its options: "
+                         f"{', '.join('--' + name for name in sorted(own))})")
     runs = [read_run(path) for path in args.runs]
-    options: dict[str, object] = {"depth": args.top_k}
-    if args.method == "rrf":
-        options.update(k=args.k, weights=args.weights)
-    elif args.method == "interpolate":
-        options.update(alpha=args.alpha, norm=args.norm)
-    else:
-        options.update(norm=args.norm, weights=args.weights)
-    fused = fuse(runs, args.method, **options)
+    fused = fuse(runs, args.method, depth=args.top_k, **values)
     write_trec_run(fused, args.output, tag=args.method)
     if not args.quiet:
         print(f"{args.method} of {len(runs)} runs ({len(fused)} queries) -> {args.output}", file=sys.stderr)
@@ -40,12 +52,11 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     """Add ``fuse`` to the ``r2med`` subcommands (``common``: the -q/-v options)."""
     fu = sub.add_parser("fuse", parents=[common], help="fuse runs: RRF, CombSUM, CombMNZ, weighted interpolation")
     fu.add_argument("runs", nargs="+", type=Path, help="TREC runs or top-k JSONL runs of the same queries")
-    fu.add_argument("--method", default="rrf", choices=["rrf", "combsum", "combmnz", "interpolate"], help="default rrf")
-    fu.add_argument("--k", type=float, default=60, help="RRF's k (default 60)")
-    fu.add_argument("--weights", type=lambda t: [float(x) for x in _csv(t)], default=None, metavar="W1,W2,...",
-                    help="one weight per run (rrf, combsum, combmnz)")
-    fu.add_argument("--alpha", type=float, default=0.5, help="interpolate: alpha * first + (1 - alpha) * second")
-    fu.add_argument("--norm", default="minmax", choices=["minmax", "zscore", "none"], help="score normalisation per query")
-    fu.add_argument("--top-k", type=int, default=100, help="documents kept per query (default 100)")
+    from r2med.cli.flags import add
+    from r2med.fusion import METHODS
+
+    fu.add_argument("--method", default="rrf", choices=list(METHODS), help="default rrf")
+    fu.add_argument("--top-k", type=positive_int, default=100, help="documents kept per query (default 100)")
     fu.add_argument("--output", "-o", type=Path, required=True, help="the fused TREC run to write")
+    add(fu, flag_sets())
     fu.set_defaults(func=cmd_fuse)

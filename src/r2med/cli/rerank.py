@@ -11,18 +11,30 @@ from pathlib import Path
 
 from r2med.cli.args import add_recompute_options, emit_json, progress_printer, result_table
 from r2med.cli.args import csv_list as _csv
-from r2med.cli.args import positive_int as _positive
-from r2med.cli.reranker_args import add_reranker_options, reranker_options
+from r2med.cli.flags import add, given
+
+
+def flag_sets() -> list:
+    """The generated option flags of ``rerank``: the stage's (``--top-k``, ``--truncate``, ``--identical-ids``) and
+    every reranker kind's (each kind takes its own)."""
+    from r2med.cli.flags import reranker_flags
+    from r2med.config import RerankStageOptions
+    from r2med.options import Flags
+
+    return [Flags(RerankStageOptions), *reranker_flags()]
 
 
 def cmd_rerank(args: argparse.Namespace) -> int:
     from r2med.config import PipelineSpec, RerankSpec
     from r2med.pipeline import run_pipeline
+    from r2med.rerankers.registry import options_for
     from r2med.stages import summarise
     from r2med.store.results import SystemPath
 
-    rerank = RerankSpec(args.reranker, top_k=args.top_k, truncate=args.truncate, identical_ids=args.identical_ids,
-                        options=reranker_options(args, batch_size=args.batch_size))
+    sets = flag_sets()
+    stage = sets[0].build(args)
+    rerank = RerankSpec(args.reranker, top_k=stage.top_k, truncate=stage.truncate, identical_ids=stage.identical_ids,
+                        options=options_for(args.reranker, given(args, sets[1:])))
     spec = PipelineSpec(first_stage=args.run, first_stage_system=args.system, reranker=rerank,
                         datasets=tuple(args.tasks) if args.tasks else None, data_dir=args.data_dir, output=args.output,
                         cache=not args.no_cache)
@@ -34,7 +46,7 @@ def cmd_rerank(args: argparse.Namespace) -> int:
         emit_json(table)
         return 0
     where = SystemPath.parse(system)
-    print(result_table(f"{where.reranker} on {where.system}, top {args.top_k} -> {where.directory(args.output)}",
+    print(result_table(f"{where.reranker} on {where.system}, top {stage.top_k} -> {where.directory(args.output)}",
                        table, {"nDCG@10": "ndcg_at_10", "R@100": "recall_at_100"}))
     return 0
 
@@ -54,19 +66,14 @@ def register(subparsers: argparse._SubParsersAction, common_parent: argparse.Arg
     rr.add_argument("--reranker", required=True, metavar="NAME|PATH",
                     help="bge-reranker-v2-m3, monobert, rankllama, listwise (with --llm-model), "
                          "or a local cross-encoder directory / hub id")
-    rr.add_argument("--top-k", type=_positive, default=100, help="documents reranked per query (10 or 100 in the paper; default 100)")
     rr.add_argument("--tasks", type=_csv, default=None, metavar="NAMES",
                     help="comma-separated dataset names or 'all' (default: all 8, or every dataset under --data-dir)")
     rr.add_argument("--data-dir", type=Path, default=None, help="one dataset directory or a directory of them (default: the hub)")
     rr.add_argument("--output", type=Path, default=Path("results"), help="results directory (default ./results)")
     rr.add_argument("--system", default=None, metavar="NAME",
                     help="name of the first stage in the results path (default: from --run)")
-    rr.add_argument("--batch-size", type=_positive, default=None, help="pointwise: pairs per batch (default 32; 8 for RankLLaMA)")
-    rr.add_argument("--device", default=None, help="pointwise: cpu, cuda, cuda:N or mps (default: the best available)")
-    rr.add_argument("--identical-ids", choices=["drop", "keep"], default="keep",
-                    help="drop documents whose id equals the query id before scoring (default keep, as the official reranker numbers)")
+    add(rr, flag_sets())
     add_recompute_options(rr, caches="reranker scores and LLM responses")
     rr.add_argument("--json", action="store_true", help='print {"<Dataset>": {...}, ..., "average": {...}}')
-    add_reranker_options(rr)
     rr.set_defaults(func=cmd_rerank)
     return rr

@@ -12,8 +12,21 @@ from pathlib import Path
 
 from r2med.cli.args import add_recompute_options, emit_json, pct, progress_printer, result_table
 from r2med.cli.args import csv_list as _csv
-from r2med.cli.reranker_args import add_reranker_options, reranker_options
+from r2med.cli.flags import add, given
 from r2med.errors import UsageError
+
+
+def flag_sets() -> list:
+    """The generated option flags of ``run`` (``r2med.cli.flags``): the pipeline's, each retriever family's (defaults
+    for every ``--retriever`` of that family; ``NAME:key=value`` sets them for one), the expansion's and the
+    reranker's (``--rerank-top-k``, ``--rerank-batch-size``)."""
+    from r2med.cli.flags import reranker_flags, retriever_flags
+    from r2med.config import ExpansionOptions, PipelineOptions, RerankStageOptions
+    from r2med.options import Flags
+
+    return [Flags(PipelineOptions), *retriever_flags(), Flags(ExpansionOptions, title="generation-augmented retrieval"),
+            Flags(RerankStageOptions, rename={"top_k": "--rerank-top-k"}, skip=("identical_ids",), title="reranking"),
+            *reranker_flags(rename={"batch_size": "--rerank-batch-size"})]
 
 
 def _is_pipeline(args: argparse.Namespace) -> bool:
@@ -23,30 +36,58 @@ def _is_pipeline(args: argparse.Namespace) -> bool:
 
 def build_spec(args: argparse.Namespace):
     """The ``PipelineSpec`` of ``--config FILE`` or of the flags (retrievers, expansion, fusion, reranker)."""
-    from r2med.config import FusionSpec, PipelineSpec, RerankSpec, load_spec
+    from r2med.config import ExpansionOptions, PipelineOptions, PipelineSpec, RerankSpec, load_spec
+    from r2med.options import Flags
     from r2med.retrievers.registry import RetrieverSpec
 
+    sets = flag_sets()
+    values = given(args, sets)
+    stage = next(f for f in sets if f.cls.__name__ == "RerankStageOptions").build(args)
     rerank = None
     if args.reranker:
-        rerank = RerankSpec(args.reranker, top_k=args.rerank_top_k, truncate=args.truncate,
-                            options=reranker_options(args, batch_size=args.rerank_batch_size))
+        from r2med.rerankers.registry import options_for
+
+        rerank = RerankSpec(args.reranker, top_k=stage.top_k, truncate=stage.truncate,
+                            options=options_for(args.reranker, values))
     if args.config is not None:
-        given = [flag for flag, value in (("--retriever", args.retriever), ("--expansion", args.expansion),
-                                          ("--fuse", args.fuse), ("--tasks", args.tasks)) if value]
-        if given:
-            raise UsageError(f"--config describes the whole pipeline; drop {', '.join(given)} (or edit the file)")
+        named = {"--retriever": args.retriever, "--fuse": args.fuse, "--tasks": args.tasks,
+                 **{f: True for f in _pipeline_flags(args, sets)}}
+        extra = [flag for flag, value in named.items() if value]
+        if extra:
+            raise UsageError(f"--config describes the whole pipeline; drop {', '.join(extra)} (or edit the file)")
         spec = load_spec(args.config)
         return dataclasses.replace(spec, reranker=rerank or spec.reranker, cache=not args.no_cache)
-    shared = [f.name for f in dataclasses.fields(RetrieverSpec) if f.name not in ("name", "encoder")]
-    retrievers = tuple(RetrieverSpec(name, **{key: getattr(args, key) for key in shared})
-                       for name in args.retriever or ["bm25"])
+    pipeline = Flags(PipelineOptions).build(args)
+    expansion = Flags(ExpansionOptions).build(args)
+    retrievers = tuple(RetrieverSpec.parse(text, given=values, identical_ids=values.get("identical_ids"))
+                       for text in args.retriever or ["bm25"])
     return PipelineSpec(
-        retrievers=retrievers, name=args.name, datasets=tuple(args.tasks) if args.tasks else None,
-        data_dir=args.data_dir, output=args.output, top_k=args.top_k, expansion=args.expansion,
-        answer_policy=args.answer_policy, bm25_composition=args.bm25_composition,
-        fusion=FusionSpec(args.fuse or "rrf") if _is_pipeline(args) else None, reranker=rerank,
-        cache=not args.no_cache,
+        retrievers=retrievers, name=pipeline.name, datasets=tuple(args.tasks) if args.tasks else None,
+        data_dir=args.data_dir, output=args.output, top_k=pipeline.top_k, expansion=expansion.spec,
+        answer_policy=expansion.answer_policy, bm25_composition=expansion.bm25_composition,
+        fusion=_fusion(args.fuse) if _is_pipeline(args) else None, reranker=rerank, cache=not args.no_cache,
     )
+
+
+def _pipeline_flags(args: argparse.Namespace, sets: list) -> list[str]:
+    """The retriever, expansion and pipeline flags given (a ``--config`` file sets those itself)."""
+    from r2med.config import ExpansionOptions, PipelineOptions
+    from r2med.retrievers.registry import retriever_option_classes
+
+    owned = {PipelineOptions, ExpansionOptions, *retriever_option_classes()}
+    return [flags.flag(opt) for flags in sets if flags.cls in owned for opt in flags.options()
+            if hasattr(args, flags.dest(flags.flag(opt)))]
+
+
+def _fusion(text: str | None):
+    """``--fuse METHOD`` or ``--fuse METHOD:key=value,...`` (e.g. ``rrf:k=30``; default rrf)."""
+    from r2med.config import FusionSpec
+    from r2med.fusion import fusion_method
+    from r2med.options import split_inline, values_from_text
+
+    method, pairs = split_inline(text or "rrf")
+    found = fusion_method(method)
+    return FusionSpec(method, values_from_text([found.options], pairs, f"--fuse {text}"))
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -73,7 +114,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         emit_json(tables[last])
         return 0
     retriever = SystemPath.parse(next(iter(tables))).system
-    title = f"{retriever}{' + ' + args.reranker + ' top ' + str(args.rerank_top_k) if args.reranker else ''}"
+    title = f"{retriever}{' + ' + args.reranker + ' top ' + str(spec.reranker.top_k) if spec.reranker else ''}"
     table = result_table(f"{title} -> {SystemPath.parse(last).directory(spec.output)}", tables[last],
                          {"nDCG@10": "ndcg_at_10", "R@100": "recall_at_100"}, extra=paper_column(last, tables[last]))
     print(table)
@@ -111,50 +152,23 @@ def paper_column(system: str, table: dict) -> tuple[str, list[str]] | None:
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     """Add ``run`` to the ``r2med`` subcommands (``common``: the -q/-v options)."""
     rn = sub.add_parser("run", parents=[common], help="run a retriever on R2MED datasets, evaluate, write official result files")
-    rn.add_argument("--retriever", action="append", default=None, metavar="NAME|PATH",
-                    help="bm25, a dense model of the zoo (r2med models list), a local model directory or a hub id "
-                         "(default bm25); repeat it to fuse several retrievers (see --fuse)")
+    rn.add_argument("--retriever", action="append", default=None, metavar="NAME[:key=value,...]",
+                    help="bm25 (bm25-lucene), a dense model of the zoo (r2med models list), a local model directory or "
+                         "a hub id (default bm25), with its own options after a colon, e.g. bm25:variant=lucene,k1=1.2; "
+                         "repeat it to fuse several retrievers (see --fuse)")
     rn.add_argument("--config", type=Path, default=None, metavar="FILE",
                     help="run the pipeline a TOML file describes (datasets, expansion, retrievers, fusion)")
-    rn.add_argument("--fuse", default=None, choices=["rrf", "combsum", "combmnz", "interpolate"],
-                    help="fuse the runs of the --retriever flags (default rrf when several are given)")
-    rn.add_argument("--name", default=None,
-                    help="the system's name: a single retriever's results go under base retriever/<name>/ (default: "
-                         "the retriever's name, e.g. a model directory's last part), a fusion's under fusion/<name>/")
-    rn.add_argument("--bm25-variant", default="r2med", choices=["r2med", "lucene"],
-                    help="r2med: the published numbers (gensim LuceneBM25Model, query-side weighting); lucene: Anserini's BM25")
-    rn.add_argument("--k1", type=float, default=0.9, help="BM25 k1 (default 0.9)")
-    rn.add_argument("--b", type=float, default=0.4, help="BM25 b (default 0.4)")
+    rn.add_argument("--fuse", default=None, metavar="METHOD[:key=value,...]",
+                    help="fuse the runs of the --retriever flags: rrf, combsum, combmnz or interpolate, with that "
+                         "method's options, e.g. rrf:k=30 (default rrf when several are given; docs/options.md)")
     rn.add_argument("--tasks", type=_csv, default=None, metavar="NAMES",
                     help="comma-separated dataset names or 'all' (default: all 8, or every dataset under --data-dir)")
     rn.add_argument("--data-dir", type=Path, default=None, help="one dataset directory or a directory of them (default: the hub)")
     rn.add_argument("--output", type=Path, default=Path("results"), help="results directory (default ./results)")
-    rn.add_argument("--top-k", type=int, default=100, help="documents kept per query (default 100)")
-    rn.add_argument("--query-instruction", default=None, help="dense: instruction prepended to every query (overrides the zoo's)")
-    rn.add_argument("--doc-instruction", default=None, help="dense: instruction prepended to every document (overrides the zoo's)")
-    rn.add_argument("--batch-size", type=int, default=None, help="dense: encoding batch size (default: the model's)")
-    rn.add_argument("--device", default=None, help="dense: cpu, cuda, cuda:N or mps (default: the best available)")
-    rn.add_argument("--identical-ids", choices=["drop", "keep"], default=None,
-                    help="drop documents whose id equals the query id before scoring (BEIR's ignore_identical_ids); "
-                         "default as the official numbers: drop for dense, keep for BM25")
-    rn.add_argument("--expansion", default=None, metavar="METHOD/LLM",
-                    help="generation-augmented retrieval with these expansions, e.g. hyde/o3-mini or query2doc/gpt4: "
-                         "the dataset directory's, then r2med expand's, then the authors' published ones from the hub")
-    rn.add_argument("--answer-policy", choices=["fallback", "authors", "error"], default="fallback",
-                    help="a reasoning output with no usable answer (trace cut off, empty): fallback = the plain query "
-                         "(default), authors = the whole text as the official code did (to reproduce), error = stop")
-    from r2med.expansion.methods import bm25_compositions
-
-    variants = {name: c for name, c in bm25_compositions().items() if name != c.method}
-    rn.add_argument("--bm25-composition", default=None, choices=list(variants),
-                    help="a BM25 composition other than the official one, stored under gar/<composition>/: "
-                         + "; ".join(f"{name} ({c.method}): {c.description}" for name, c in variants.items()))
     rn.add_argument("--reranker", default=None, metavar="NAME|PATH",
                     help="rerank each dataset's top --rerank-top-k afterwards (see r2med rerank); results under "
                          "reranker/<reranker>/<system>/top_<k>/")
-    rn.add_argument("--rerank-top-k", type=int, default=100, help="documents reranked per query (default 100)")
-    rn.add_argument("--rerank-batch-size", type=int, default=None, help="pointwise reranker: pairs per batch")
-    add_reranker_options(rn)
+    add(rn, flag_sets())
     add_recompute_options(rn, caches="indexes, embeddings and reranker scores")
     rn.add_argument("--json", action="store_true", help='print {"<Dataset>": {...}, ..., "average": {...}}')
     rn.set_defaults(func=cmd_run)

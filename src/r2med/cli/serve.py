@@ -53,6 +53,13 @@ def load_serve_corpus(args: argparse.Namespace, settings):
     return load_dataset(name, path=path, settings=settings), "dataset"
 
 
+def flag_sets() -> list:
+    """The retriever families' options (defaults for ``--retriever``; ``NAME:key=value`` sets them inline)."""
+    from r2med.cli.flags import retriever_flags
+
+    return [flags for flags in retriever_flags() if flags.cls.__name__ != "RetrieverOptions"]
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from r2med.agent.search import open_searcher
     from r2med.agent.server import RetrievalServer, check_options
@@ -65,9 +72,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
                "max_queries": args.max_queries}
     check_options(**options)  # before the corpus is indexed: a mistake fails in a second, not after minutes
     corpus, source = load_serve_corpus(args, settings)
-    spec = RetrieverSpec(args.retriever, bm25_variant=args.bm25_variant, k1=args.k1, b=args.b, device=args.device,
-                         batch_size=args.batch_size, query_instruction=args.query_instruction,
-                         doc_instruction=args.doc_instruction)
+    from r2med.cli.flags import given
+
+    values = given(args, flag_sets())
+    spec = RetrieverSpec.parse(args.retriever, given=values, identical_ids=values.get("identical_ids"))
     cache_dir = None if args.no_cache else usable_cache_dir(settings.home)
     searcher = open_searcher(make_retriever(spec, cache_dir=cache_dir, progress=not args.quiet), corpus, source=source)
     server = RetrievalServer(searcher, host=args.host, **options)
@@ -100,13 +108,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     sv.add_argument("--retriever", default="bm25", metavar="NAME|PATH",
                     help="bm25, a dense model of the zoo (r2med models list), a local model directory, a hub id or "
                          "openai:<model> (default bm25): anything r2med run --retriever takes")
-    sv.add_argument("--bm25-variant", default="r2med", choices=["r2med", "lucene"], help="BM25 variant (default r2med)")
-    sv.add_argument("--k1", type=float, default=0.9, help="BM25 k1 (default 0.9)")
-    sv.add_argument("--b", type=float, default=0.4, help="BM25 b (default 0.4)")
-    sv.add_argument("--query-instruction", default=None, help="dense: instruction prepended to every query")
-    sv.add_argument("--doc-instruction", default=None, help="dense: instruction prepended to every document")
-    sv.add_argument("--batch-size", type=int, default=None, help="dense: encoding batch size")
-    sv.add_argument("--device", default=None, help="dense: cpu, cuda, cuda:N or mps (default: the best available)")
+    from r2med.cli.flags import add
+
+    add(sv, flag_sets())
     http = sv.add_argument_group("server")
     http.add_argument("--host", default=DEFAULT_HOST,
                       help=f"address to listen on (default {DEFAULT_HOST}: this machine only; 0.0.0.0: every "

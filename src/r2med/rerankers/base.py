@@ -29,6 +29,28 @@ class Reranker(Protocol):
     def rerank(self, queries: Mapping[str, str], corpus: Mapping[str, str], run: Run, *, top_k: int = 100) -> Run: ...
 
 
+class Reranked(Run):
+    """A reranked run and what its reranker reports with it: ``stats`` (counts for the manifest: a dataclass or a
+    dict) and ``artifacts`` (``{"windows": [rows]}``: stored beside the result as ``<Dataset>.windows.jsonl``).
+
+    >>> r = Reranked({"q": {"a": 2.0}}, name="x", stats={"pairs": 1})
+    >>> r.details(), dict(r), r.name
+    ({'pairs': 1}, {'q': {'a': 2.0}}, 'x')
+    """
+
+    def __init__(self, *args, name: str = "r2med", stats: object = None,
+                 artifacts: Mapping[str, Sequence[dict]] | None = None, **kwargs) -> None:
+        super().__init__(*args, name=name, **kwargs)
+        self.stats = stats
+        self.artifacts = {suffix: list(rows) for suffix, rows in (artifacts or {}).items() if rows}
+
+    def details(self) -> dict | None:
+        """``stats`` as a plain dict (None without stats)."""
+        if self.stats is None:
+            return None
+        return dict(self.stats) if isinstance(self.stats, Mapping) else dict(vars(self.stats))
+
+
 def check_top_k(top_k: int) -> int:
     """``top_k`` if it is a positive int; UsageError otherwise.
 

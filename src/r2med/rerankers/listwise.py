@@ -9,8 +9,8 @@ at most ``concurrency`` requests in flight and retries failures.
 
 Every response is appended to a ``ResponseCache`` under the request's key (model, messages,
 sampling: the prompt hash) before it is used, with its reasoning trace, so an interrupted or
-repeated run sends only the windows it has not seen. ``window_log`` keeps, per window of the last
-call, the documents, the new order, what the parser repaired and the trace.
+repeated run sends only the windows it has not seen. The reranked run (a ``Reranked``) carries its stats and its
+window log: per window the documents, the new order, what the parser repaired and the trace.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from r2med.io.progress import progress_bar
 from r2med.llm.cache import ResponseCache
 from r2med.llm.client import ChatClient, ChatJob, ChatResult, SamplingParams, request_key
 from r2med.llm.reasoning import STYLES, split_reasoning
-from r2med.rerankers.base import assemble, check_texts, check_top_k, split_head
+from r2med.rerankers.base import Reranked, assemble, check_texts, check_top_k, split_head
+from r2med.rerankers.options import ON_ERROR
 from r2med.rerankers.permutation import PermutationReport, read_permutation
 from r2med.rerankers.prompts import rankgpt_messages
 from r2med.rerankers.windows import apply_permutation, sliding_windows
@@ -34,7 +35,6 @@ from r2med.types import Run
 logger = logging.getLogger(__name__)
 
 TASK = "rerank-listwise/1"
-ON_ERROR = ("raise", "keep")
 
 
 @dataclass
@@ -94,8 +94,7 @@ class ListwiseReranker:
     style: str = "auto"
     on_error: str = "raise"
     progress: bool = True
-    window_log: list[dict[str, Any]] = field(default_factory=list, init=False)
-    last_stats: ListwiseStats | None = field(default=None, init=False)
+    _windows: list[dict[str, Any]] = field(default_factory=list, init=False, repr=False)  # the call's window log
 
     def __post_init__(self) -> None:
         sliding_windows(0, self.window, self.stride, direction=self.direction)  # validates all three
@@ -141,7 +140,7 @@ class ListwiseReranker:
         """Rerank each query's first ``top_k`` documents window by window (see the module docstring)."""
         check_top_k(top_k)
         check_texts(queries, corpus, run, top_k)
-        self.window_log = []
+        self._windows = []
         states = {}
         for qid in run:
             head = split_head(run, qid, top_k)[0]
@@ -179,14 +178,15 @@ class ListwiseReranker:
             bar.close()
         # windows finish in whatever order the server answers: log them by query (run order), each query's in turn
         rank = {qid: i for i, qid in enumerate(states)}
-        self.window_log.sort(key=lambda entry: rank[entry["qid"]])
+        self._windows.sort(key=lambda entry: rank[entry["qid"]])
         failed = [s for s in states.values() if s.error is not None]
         if failed:
             where = f"; every finished window is kept in {self.cache.path}: rerun to resume" if self.cache is not None else ""
             raise ProviderError(f"{len(failed)} of {len(states)} queries could not be reranked (first: query "
                                 f"{failed[0].qid}: {failed[0].error}){where}")
-        self._summarise()
-        return assemble(run, {qid: s.order for qid, s in states.items()}, top_k, name=self.name)
+        reranked = assemble(run, {qid: s.order for qid, s in states.items()}, top_k, name=self.name)
+        log, self._windows = self._windows, []
+        return Reranked(reranked, name=self.name, stats=self._summarise(log), artifacts={"windows": log})
 
     def _advance(self, state: _Query, queries, corpus, run, memo, jobs, waiting, bar) -> None:
         """Apply the query's next windows from the cache; queue the first one that needs a request."""
@@ -238,17 +238,18 @@ class ListwiseReranker:
             entry.update(finish_reason=record.get("finish_reason"), reasoning=trace, answer=answer)
         if error is not None:
             entry["error"] = error
-        self.window_log.append(entry)
+        self._windows.append(entry)
 
-    def _summarise(self) -> None:
-        windows = len(self.window_log)
-        cached = sum(1 for e in self.window_log if e["cached"])
-        repaired = sum(1 for e in self.window_log if e.get("clean") is False)
-        failed = sum(1 for e in self.window_log if "error" in e)
+    def _summarise(self, log: list[dict[str, Any]]) -> ListwiseStats:
+        windows = len(log)
+        cached = sum(1 for e in log if e["cached"])
+        repaired = sum(1 for e in log if e.get("clean") is False)
+        failed = sum(1 for e in log if "error" in e)
         usage = self.client.usage
-        self.last_stats = ListwiseStats(windows, cached, windows - cached, repaired, failed,
-                                        usage.prompt_tokens, usage.completion_tokens)
+        stats = ListwiseStats(windows, cached, windows - cached, repaired, failed, usage.prompt_tokens,
+                              usage.completion_tokens)
         logger.info("%s: %d windows (%d from the cache), %d answers repaired, %d failed", self.name, windows, cached, repaired, failed)
         if repaired:
             logger.warning("%s: %d of %d window answers were not a clean permutation (repeats, unknown or missing "
                            "identifiers, no answer); see the window log", self.name, repaired, windows)
+        return stats

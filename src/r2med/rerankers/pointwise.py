@@ -13,13 +13,13 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from r2med.errors import ProviderError, UsageError
 from r2med.io.progress import progress_bar
-from r2med.rerankers.base import assemble, check_texts, check_top_k, order_by_scores, split_head
+from r2med.rerankers.base import Reranked, assemble, check_texts, check_top_k, order_by_scores, split_head
 from r2med.rerankers.score_cache import ScoreCache, pair_key
 from r2med.types import Run
 
@@ -52,7 +52,6 @@ class PointwiseReranker:
     cache_dir: Path | None = None
     progress: bool = True
     flush_every: int = 1024
-    last_stats: PointwiseStats | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -81,12 +80,12 @@ class PointwiseReranker:
                     scores[key] = hit
                     del todo[key]
         total = sum(len(k) for k in keys.values())
-        self.last_stats = PointwiseStats(total, len(scores), len(todo))
+        stats = PointwiseStats(total, len(scores), len(todo))
         logger.info("%s: %d pairs, %d distinct found in the cache, %d to score", self.name, total, len(scores), len(todo))
         if todo:
             scores.update(self._score(todo, cache))
         orders = {qid: order_by_scores(head, [scores[key] for key in keys[qid]]) for qid, head in heads.items()}
-        return assemble(run, orders, top_k, name=self.name)
+        return Reranked(assemble(run, orders, top_k, name=self.name), name=self.name, stats=stats)
 
     def _score(self, todo: dict[str, tuple[str, str]], cache: ScoreCache | None) -> dict[str, float]:
         # longest first: batches of similar length carry little padding, and an out-of-memory error comes early

@@ -9,8 +9,9 @@ rankllama (llama)       castorini/rankllama-v1-7b-lora-passage on Llama-2-7b-hf 
 listwise (rankgpt)      --llm-model on --base-url, RankGPT sliding window          (300 words) listwise-<llm>
 ======================  =========================================================  ==========  ============
 
-Each kind of reranker (cross-encoder, rankllama, listwise) has a builder in :data:`BUILDERS`; a name resolves to a
-:class:`RerankerSpec` (``resolve_reranker``) whose ``kind`` picks the builder.
+Each kind of reranker (cross-encoder, rankllama, listwise) is a row of :data:`KINDS`: its options class
+(``r2med.rerankers.options``) and its builder ``(spec, options, runtime)``; a name resolves to a
+:class:`RerankerSpec` (``resolve_reranker``) whose ``kind`` picks the row.
 
 Max lengths are the ones the R2MED authors ran (``src/eval_reranker.py``: 1024 for RankLLaMA, 512
 otherwise; BAAI's card allows 8192 and recommends 1024 for bge-reranker-v2-m3: pass ``max_length``
@@ -24,12 +25,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from r2med.errors import UsageError
-from r2med.io.names import check_name
+from r2med.options import Runtime
 from r2med.registry import Registry
 from r2med.rerankers.base import Reranker
+from r2med.rerankers.options import ListwiseOptions, PointwiseOptions, RankLlamaOptions
 
 if TYPE_CHECKING:
     from r2med.rerankers.pointwise import PairScorer
@@ -99,113 +101,113 @@ def resolve_reranker(name: str) -> RerankerSpec:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-@dataclass(frozen=True)
-class RerankerOptions:
-    """Options of ``r2med rerank`` that rerankers read; ``cache_dir`` is R2MED_HOME (None: no caching).
-
-    Pointwise: ``device``, ``dtype``, ``batch_size``, ``max_length`` (overrides the spec), ``base_model``
-    (RankLLaMA). Listwise: the LLM endpoint, the window, the sampling, concurrency and retries.
-    """
-
-    cache_dir: Path | None = None
-    progress: bool = True
-    device: str | None = None
-    dtype: str | None = None
-    batch_size: int | None = None
-    max_length: int | None = None
-    base_model: str | None = None
-    llm_model: str | None = None
-    llm_name: str | None = None
-    base_url: str | None = None
-    api_key: str | None = None
-    window: int = 20
-    stride: int = 10
-    direction: str = "back_to_front"
-    max_words: int | None = 300
-    temperature: float | None = 0.0
-    top_p: float | None = None
-    max_tokens: int | None = None
-    seed: int | None = None
-    concurrency: int = 8
-    with_scores: bool = False
-    reasoning_style: str = "auto"
-    on_error: str = "raise"
-    timeout: float = 300.0
-    max_retries: int = 5
-
-    def __post_init__(self) -> None:
-        if self.llm_name is not None:  # it becomes part of the results folder (listwise-<llm name>)
-            check_name(self.llm_name, what="--llm-name", fix="name the LLM with a plain name such as 'o3-mini'")
-
-
-def _cross_encoder(spec: RerankerSpec, options: RerankerOptions) -> Reranker:
+def _cross_encoder(spec: RerankerSpec, options: PointwiseOptions, runtime: Runtime) -> Reranker:
     from r2med.rerankers.cross_encoder import CrossEncoderScorer
 
     scorer = CrossEncoderScorer(
         str(spec.model), max_length=options.max_length or spec.max_length, device=options.device,
         dtype=options.dtype or spec.dtype, score_column=spec.score_column,
     )
-    return _pointwise(spec, options, scorer, default_batch_size=32)
+    return _pointwise(spec, options, runtime, scorer, default_batch_size=32)
 
 
-def _rankllama(spec: RerankerSpec, options: RerankerOptions) -> Reranker:
+def _rankllama(spec: RerankerSpec, options: RankLlamaOptions, runtime: Runtime) -> Reranker:
     from r2med.rerankers.rankllama import RankLlamaScorer
 
     scorer = RankLlamaScorer(
         str(spec.model), options.base_model or spec.base_model, max_length=options.max_length or spec.max_length or 1024,
         device=options.device, dtype=options.dtype or spec.dtype,
     )
-    return _pointwise(spec, options, scorer, default_batch_size=8)
+    return _pointwise(spec, options, runtime, scorer, default_batch_size=8)
 
 
-def _pointwise(spec: RerankerSpec, options: RerankerOptions, scorer: PairScorer, *, default_batch_size: int) -> Reranker:
+def _pointwise(spec: RerankerSpec, options: PointwiseOptions, runtime: Runtime, scorer: PairScorer, *,
+               default_batch_size: int) -> Reranker:
     from r2med.rerankers.pointwise import PointwiseReranker
 
-    cache = options.cache_dir / "rerank" / "scores" if options.cache_dir is not None else None
+    cache = runtime.cache_dir / "rerank" / "scores" if runtime.cache_dir is not None else None
     return PointwiseReranker(spec.folder, scorer, batch_size=options.batch_size or default_batch_size, cache_dir=cache,
-                             progress=options.progress)
+                             progress=runtime.progress)
 
 
-def _listwise(spec: RerankerSpec, options: RerankerOptions) -> Reranker:
+def listwise_name(spec: RerankerSpec, options: ListwiseOptions) -> str:
+    """The results folder: ``listwise-<LLM name>`` (``+scores`` with InsertRank's scores in the prompt)."""
+    from r2med.retrievers.registry import system_name
+
+    if not options.llm_model:
+        raise UsageError("the listwise reranker needs an LLM: pass --llm-model MODEL (and --base-url URL)")
+    llm = options.llm_name or system_name(options.llm_model, flag="--llm-model")
+    return f"{spec.folder}-{llm}{'+scores' if options.with_scores else ''}"
+
+
+def _listwise(spec: RerankerSpec, options: ListwiseOptions, runtime: Runtime) -> Reranker:
     from r2med.llm.cache import ResponseCache
-    from r2med.llm.client import ChatClient, SamplingParams
     from r2med.rerankers.listwise import ListwiseReranker
     from r2med.retrievers.registry import system_name
     from r2med.settings import get_settings
 
-    if not options.llm_model:
-        raise UsageError("the listwise reranker needs an LLM: pass --llm-model MODEL (and --base-url URL)")
+    name = listwise_name(spec, options)
     base_url = options.base_url or get_settings().openai_base_url or "https://api.openai.com/v1"
-    client = ChatClient(options.llm_model, base_url, api_key=options.api_key, timeout=options.timeout,
-                        max_retries=options.max_retries)
-    model_folder = system_name(options.llm_model, flag="--llm-model")
-    llm = options.llm_name or model_folder
-    params = SamplingParams(options.temperature, options.top_p, options.max_tokens, options.seed)
+    client = options.client(base_url)
     cache = None
-    if options.cache_dir is not None:
-        cache = ResponseCache(options.cache_dir / "rerank" / "listwise" / f"{model_folder}.jsonl")
-    suffix = "+scores" if options.with_scores else ""
+    if runtime.cache_dir is not None:
+        model_folder = system_name(str(options.llm_model), flag="--llm-model")
+        cache = ResponseCache(runtime.cache_dir / "rerank" / "listwise" / f"{model_folder}.jsonl")
     return ListwiseReranker(
-        client, name=f"{spec.folder}-{llm}{suffix}", window=options.window, stride=options.stride,
-        direction=options.direction, max_words=options.max_words, params=params, cache=cache,
-        concurrency=options.concurrency, with_scores=options.with_scores, style=options.reasoning_style,
-        on_error=options.on_error, progress=options.progress,
+        client, name=name, window=options.window, stride=options.stride, direction=options.direction,
+        max_words=options.max_words, params=options.sampling(), cache=cache, concurrency=options.concurrency,
+        with_scores=options.with_scores, style=options.reasoning_style, on_error=options.on_error,
+        progress=runtime.progress,
     )
 
 
-#: ``(spec, options) -> Reranker``
-Builder = Callable[[RerankerSpec, RerankerOptions], Reranker]
+#: ``(spec, options, runtime) -> Reranker``
+Builder = Callable[[RerankerSpec, Any, Runtime], Reranker]
+
+
+@dataclass(frozen=True)
+class RerankerKind:
+    """A kind of reranker: the class of its options and how it is built."""
+
+    name: str
+    options: type
+    build: Builder
+
 
 #: How each kind of reranker is built; adding a kind is its module and one row here.
-BUILDERS: Mapping[str, Builder] = MappingProxyType({
-    "cross-encoder": _cross_encoder,
-    "rankllama": _rankllama,
-    "listwise": _listwise,
-})
-KINDS = tuple(BUILDERS)
+KINDS: Mapping[str, RerankerKind] = MappingProxyType({kind.name: kind for kind in (
+    RerankerKind("cross-encoder", PointwiseOptions, _cross_encoder),
+    RerankerKind("rankllama", RankLlamaOptions, _rankllama),
+    RerankerKind("listwise", ListwiseOptions, _listwise),
+)})
 
 
-def make_reranker(name: str, options: RerankerOptions | None = None) -> Reranker:
-    """Build the reranker ``name`` (see ``resolve_reranker``) with ``options``; its ``name`` is the results folder."""
+def reranker_kind(name: str) -> RerankerKind:
+    """The kind of the reranker ``name`` (see ``resolve_reranker``)."""
+    return KINDS[resolve_reranker(name).kind]
+
+
+def option_classes() -> tuple[type, ...]:
+    """Every reranker options class (each once): what ``r2med rerank`` offers as flags."""
+    return tuple(dict.fromkeys(kind.options for kind in KINDS.values()))
+
+
+def options_for(name: str, values: Mapping[str, Any] | None = None) -> Any:
+    """The options of the reranker ``name`` from ``values`` (by option name; the ones of other kinds are left out)."""
+    from r2med.options import options_of
+
+    cls = reranker_kind(name).options
+    own = {opt.name for opt in options_of(cls)}
+    return cls(**{key: value for key, value in (values or {}).items() if key in own})
+
+
+def make_reranker(name: str, options: Any = None, runtime: Runtime | None = None) -> Reranker:
+    """Build the reranker ``name`` (see ``resolve_reranker``) with ``options`` (its kind's options class, or a dict
+    of option values; default: the kind's defaults); its ``name`` is the results folder."""
     spec = resolve_reranker(name)
-    return BUILDERS[spec.kind](spec, options or RerankerOptions())
+    kind = KINDS[spec.kind]
+    if options is None or isinstance(options, Mapping):
+        options = options_for(name, options)
+    elif not isinstance(options, kind.options):
+        raise UsageError(f"reranker {name!r} ({spec.kind}) takes {kind.options.__name__}, not {type(options).__name__}")
+    return kind.build(spec, options, runtime or Runtime())

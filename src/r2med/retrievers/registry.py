@@ -1,7 +1,15 @@
 """Retrievers by name: ``bm25``, a dense model of the zoo, or a local model directory / hub id.
 
-:data:`FAMILIES` is the table of retriever families, tried in order: each has a matcher on the retriever name and
-a builder ``(spec, cache_dir, progress) -> Retriever``. Adding a family is its module and one row there.
+:data:`FAMILIES` is the table of retriever families, tried in order: each has a matcher on the retriever name, the
+class of its options (``r2med.options``: flags, pipeline-file keys and inline ``NAME:key=value`` from one
+declaration), the name of its results folder and a builder ``(spec, options, runtime) -> Retriever``. Adding a family
+is its module and one row there.
+
+>>> spec = RetrieverSpec.parse("bm25:variant=lucene,k1=1.2")
+>>> spec.family().name, spec.system(), spec.key()["options"]
+('bm25', 'bm25-lucene-k1_1.2-b_0.4', {'variant': 'lucene', 'k1': 1.2, 'b': 0.4})
+>>> RetrieverSpec.parse("bm25-lucene").system(), RetrieverSpec.parse("bm25").system()
+('bm25-lucene', 'bm25')
 """
 
 from __future__ import annotations
@@ -10,52 +18,93 @@ import difflib
 import os
 import re
 import tempfile
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from r2med.errors import UsageError
 from r2med.io.names import check_name
+from r2med.options import Runtime, key_of, option, split_inline, values_from_text
 from r2med.retrievers.base import Retriever
+from r2med.retrievers.bm25.options import BM25Options
+from r2med.retrievers.dense.options import DenseOptions
+
+IDENTICAL_IDS = ("drop", "keep")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RetrieverOptions:
+    """What every retriever takes, whatever its family."""
+
+    identical_ids: str | None = option(None, "drop documents whose id equals the query id before scoring (BEIR's "
+                                       "ignore_identical_ids); default as the official numbers: drop for dense, keep "
+                                       "for BM25", choices=IDENTICAL_IDS)
 
 
 @dataclass(frozen=True)
 class RetrieverSpec:
-    """One retriever of ``r2med run`` or a pipeline's ``[[retriever]]`` table: its name and the options retrievers
-    may read. ``identical_ids``: "drop" | "keep" | None (the family's default: dense drop, BM25 keep).
-    ``encoder``: a Python model (``r2med.run``'s, wrapped in a ``PythonEncoder``); then ``name`` is its system name."""
+    """One retriever of ``r2med run`` or a pipeline's ``[[retriever]]`` table: its ``name``, its family's ``options``
+    (a dict of the values given, or the family's options object; the rest take their defaults), ``identical_ids``
+    ("drop" | "keep" | None: the family's default, dense drop and BM25 keep) and, for ``r2med.run(model)``, the Python
+    ``encoder`` (wrapped in a ``PythonEncoder``; then ``name`` is its system name)."""
 
     name: str
-    bm25_variant: str = "r2med"
-    k1: float = 0.9
-    b: float = 0.4
-    device: str | None = None
-    batch_size: int | None = None
-    query_instruction: str | None = None
-    doc_instruction: str | None = None
+    options: Any = field(default_factory=dict)
     identical_ids: str | None = None
     encoder: Any = None
 
-    def settings(self) -> dict[str, Any]:
-        """The options as recorded in manifests (a Python encoder by its cache key)."""
-        values = dict(vars(self))
+    def __post_init__(self) -> None:
+        if self.identical_ids not in (None, *IDENTICAL_IDS):
+            raise UsageError(f"identical_ids must be 'drop' or 'keep' (or unset: the family's default), "
+                             f"got {self.identical_ids!r}")
+
+    @classmethod
+    def parse(cls, text: str, *, given: Mapping[str, Any] | None = None, identical_ids: str | None = None,
+              where: str | None = None) -> RetrieverSpec:
+        """``NAME`` or ``NAME:key=value,...`` (``--retriever``); ``given``: the values of the command's flags (every
+        family's, by option name: each family takes its own), overridden by the inline ones."""
+        name, pairs = split_inline(text)
+        family = family_of(name)
+        inline = values_from_text([family.options, RetrieverOptions], pairs, where or f"--retriever {text}")
+        identical = inline.pop("identical_ids", identical_ids)
+        own = {key: value for key, value in (given or {}).items() if key in family.option_names()}
+        return cls(name, {**own, **inline}, identical)
+
+    def family(self) -> RetrieverFamily:
+        return next(family for family in FAMILIES if family.matches(self))
+
+    def resolved(self) -> Any:
+        """The family's options object: its preset (``bm25-lucene``), then the given values."""
+        family = self.family()
+        if isinstance(self.options, family.options):
+            return self.options
+        return family.options(**{**family.presets.get(self.name.strip().lower(), {}), **dict(self.options)})
+
+    def system(self) -> str:
+        """The results-folder name this retriever gets (known before it is built: pipelines check it)."""
+        return self.family().system(self, self.resolved())
+
+    def key(self) -> dict[str, Any]:
+        """What keys a stored result of this retriever, from its declared options (no component can forget it)."""
+        out = {"family": self.family().name, "name": self.name, "options": key_of(self.resolved()),
+               "identical_ids": self.identical_ids}
         if self.encoder is not None:
-            values["encoder"] = self.encoder.name
-        else:
-            del values["encoder"]
-        return values
+            out["encoder"] = self.encoder.name
+        return out
 
 
-#: ``(spec, cache_dir, progress) -> Retriever``; ``cache_dir`` is R2MED_HOME (None: no caching).
-Builder = Callable[[RetrieverSpec, Path | None, bool], Retriever]
+#: ``(spec, options, runtime) -> Retriever``
+Builder = Callable[[RetrieverSpec, Any, Runtime], Retriever]
 
 
-def _bm25(spec: RetrieverSpec, cache_dir: Path | None, progress: bool) -> Retriever:
+def _bm25(spec: RetrieverSpec, options: BM25Options, runtime: Runtime) -> Retriever:
     from r2med.retrievers.bm25.retriever import BM25Retriever
 
-    cache = cache_dir / "indexes" / "bm25" if cache_dir is not None else None
-    return BM25Retriever(variant=spec.bm25_variant, k1=spec.k1, b=spec.b, cache_dir=cache, progress=progress)
+    cache = runtime.cache_dir / "indexes" / "bm25" if runtime.cache_dir is not None else None
+    return BM25Retriever(variant=options.variant, k1=options.k1, b=options.b, cache_dir=cache,
+                         progress=runtime.progress)
 
 
 def system_name(name: str | os.PathLike[str], *, flag: str = "--retriever") -> str:
@@ -98,15 +147,12 @@ def _api_encoder(spec):
     return OpenAIEmbeddings(spec.model, preprocess="r2med", max_input_tokens=6000)
 
 
-def _dense(rspec: RetrieverSpec, cache_dir: Path | None, progress: bool) -> Retriever:
-    from r2med.retrievers.dense.cache import EmbeddingCache
-    from r2med.retrievers.dense.factory import make_encoder
-    from r2med.retrievers.dense.retriever import DenseRetriever
+def _resolve_zoo(name: str, options: DenseOptions):
     from r2med.retrievers.dense.zoo import model_names, resolve_model
 
-    name = rspec.name
     try:
-        spec = resolve_model(name, query_instruction=rspec.query_instruction, document_instruction=rspec.doc_instruction)
+        return resolve_model(name, query_instruction=options.query_instruction,
+                             document_instruction=options.doc_instruction)
     except UsageError:
         names = [*(fixed for family in FAMILIES for fixed in family.names), *model_names()]
         close = difflib.get_close_matches(name.lower(), names, n=1, cutoff=0.6)
@@ -114,108 +160,152 @@ def _dense(rspec: RetrieverSpec, cache_dir: Path | None, progress: bool) -> Retr
         raise UsageError(
             f"unknown retriever '{name}'{hint} Valid: {', '.join(names)}, or a local model directory or hub id"
         ) from None
-    encoder = _api_encoder(spec) if spec.backend == "api" else make_encoder(spec, device=rspec.device, batch_size=rspec.batch_size)
-    root, scratch = _embedding_root(cache_dir)
-    retriever = DenseRetriever(
-        # a zoo name or hub id names its folder; a local directory its resolved path (run1/model vs run2/model)
-        name=system_name(spec.model if Path(spec.model).is_absolute() else (spec.name or name)),
-        encoder=encoder,
-        instructions=lambda dataset: (spec.instruction("query", dataset), spec.instruction("document", dataset)),
-        cache=EmbeddingCache(root),
-        batch_size=rspec.batch_size,
-        progress=progress,
-    )
-    return _keep(retriever, scratch)
 
 
-def _embedding_root(cache_dir: Path | None) -> tuple[Path, tempfile.TemporaryDirectory | None]:
-    """Where embeddings are cached: ``<R2MED_HOME>/embeddings``, or with --no-cache a temporary folder that lives
-    only as long as the retriever (returned too, to be kept with it by :func:`_keep`)."""
-    if cache_dir is not None:
-        return cache_dir / "embeddings", None
-    scratch = tempfile.TemporaryDirectory(prefix="r2med-embeddings-")
-    return Path(scratch.name), scratch
+def _dense_system(spec: RetrieverSpec, options: DenseOptions) -> str:
+    """A zoo name or hub id names its folder; a local directory its resolved path (run1/model vs run2/model).
+    Known without loading or looking anything up (pipelines check the names before any work)."""
+    from r2med.retrievers.dense.zoo import model_registry
+
+    name, zoo = spec.name.strip(), model_registry()
+    if name in zoo:
+        return system_name(zoo.get(name).name or name)
+    path = Path(name).expanduser()
+    return system_name(str(path.resolve()) if path.is_dir() else name)
 
 
-def _keep(retriever: Retriever, scratch: tempfile.TemporaryDirectory | None) -> Retriever:
+def _dense(rspec: RetrieverSpec, options: DenseOptions, runtime: Runtime) -> Retriever:
+    from r2med.retrievers.dense.factory import make_encoder
+
+    spec = _resolve_zoo(rspec.name, options)
+    encoder = (_api_encoder(spec) if spec.backend == "api"
+               else make_encoder(spec, device=options.device, batch_size=options.batch_size))
+    return _searcher(_dense_system(rspec, options), encoder, options, runtime,
+                     lambda dataset: (spec.instruction("query", dataset), spec.instruction("document", dataset)))
+
+
+def _searcher(name: str, encoder: Any, options: DenseOptions, runtime: Runtime,
+              instructions: Callable[[str], tuple[str, str]] | None = None) -> Retriever:
+    """A dense retriever over ``encoder``; its embeddings under ``<R2MED_HOME>/embeddings``, or without a cache in a
+    temporary folder that lives only as long as the retriever. ``instructions``: per dataset (default: the options')."""
+    from r2med.retrievers.dense.cache import EmbeddingCache
+    from r2med.retrievers.dense.retriever import DenseRetriever
+
+    if instructions is None:
+        fixed = (options.query_instruction or "", options.doc_instruction or "")
+
+        def instructions(dataset: str) -> tuple[str, str]:
+            return fixed
+    scratch = None
+    if runtime.cache_dir is not None:
+        root = runtime.cache_dir / "embeddings"
+    else:
+        scratch = tempfile.TemporaryDirectory(prefix="r2med-embeddings-")
+        root = Path(scratch.name)
+    retriever = DenseRetriever(name=name, encoder=encoder, instructions=instructions, cache=EmbeddingCache(root),
+                               batch_size=options.batch_size, progress=runtime.progress)
     if scratch is not None:
         retriever._scratch = scratch  # type: ignore[attr-defined]  # removed with the retriever
     return retriever
 
 
-def _python(spec: RetrieverSpec, cache_dir: Path | None, progress: bool) -> Retriever:
+def _python_system(spec: RetrieverSpec, options: DenseOptions) -> str:
+    return check_name(spec.name, what="the system name of a Python encoder", fix="pass r2med.run(..., name='my-model')")
+
+
+def _python(spec: RetrieverSpec, options: DenseOptions, runtime: Runtime) -> Retriever:
     """A Python model (``r2med.run(model)``): an ``r2med.Encoder`` or an MTEB-style object, as a dense retriever."""
-    from r2med.retrievers.dense.cache import EmbeddingCache
-    from r2med.retrievers.dense.retriever import DenseRetriever
-
-    root, scratch = _embedding_root(cache_dir)
-    query_instruction, doc_instruction = spec.query_instruction or "", spec.doc_instruction or ""
-    return _keep(DenseRetriever(
-        name=check_name(spec.name, what="the system name of a Python encoder", fix="pass r2med.run(..., name='my-model')"),
-        encoder=spec.encoder, instructions=lambda dataset: (query_instruction, doc_instruction),
-        cache=EmbeddingCache(root), batch_size=spec.batch_size, progress=progress,
-    ), scratch)
+    return _searcher(_python_system(spec, options), spec.encoder, options, runtime)
 
 
-def _remote(spec: RetrieverSpec, cache_dir: Path | None, progress: bool) -> Retriever:
+def _remote_model(spec: RetrieverSpec) -> str:
+    model = spec.name.strip()[len("openai:"):].strip()
+    if not model:
+        raise UsageError("--retriever openai:MODEL needs the model id the server knows, e.g. openai:Qwen/Qwen3-Embedding-8B")
+    return model
+
+
+def _remote(spec: RetrieverSpec, options: DenseOptions, runtime: Runtime) -> Retriever:
     """``openai:<model id>``: any OpenAI-compatible /v1/embeddings server ($OPENAI_BASE_URL: vLLM, TEI, ...)."""
     from r2med.retrievers.dense.api import OpenAIEmbeddings
-    from r2med.retrievers.dense.cache import EmbeddingCache
-    from r2med.retrievers.dense.retriever import DenseRetriever
 
-    model = spec.name.strip()[len("openai:"):]
-    if not model.strip():
-        raise UsageError("--retriever openai:MODEL needs the model id the server knows, e.g. openai:Qwen/Qwen3-Embedding-8B")
-    encoder = OpenAIEmbeddings(model.strip(), batch_size=spec.batch_size or 128)
-    root, scratch = _embedding_root(cache_dir)
-    query_instruction, doc_instruction = spec.query_instruction or "", spec.doc_instruction or ""
-    return _keep(DenseRetriever(
-        name=system_name(model.strip()), encoder=encoder,
-        instructions=lambda dataset: (query_instruction, doc_instruction),
-        cache=EmbeddingCache(root), batch_size=spec.batch_size, progress=progress,
-    ), scratch)
+    model = _remote_model(spec)
+    encoder = OpenAIEmbeddings(model, batch_size=options.batch_size or 128)
+    return _searcher(system_name(model), encoder, options, runtime)
+
+
+def _bm25_system(spec: RetrieverSpec, options: BM25Options) -> str:
+    from r2med.retrievers.bm25.options import system_name as bm25_name
+
+    return bm25_name(options)
 
 
 @dataclass(frozen=True)
 class RetrieverFamily:
-    """A kind of retriever: ``matches(spec)`` says whether a retriever spec is this family's, ``build`` makes it;
-    ``names`` are the fixed names it answers to (listed when a name is unknown)."""
+    """A kind of retriever: ``matches(spec)`` says whether a retriever spec is this family's, ``options`` is the class
+    of its options, ``system(spec, options)`` its results-folder name, ``build(spec, options, runtime)`` makes it;
+    ``names`` are the fixed names it answers to (listed when a name is unknown) and ``presets`` names that stand for
+    it with some options set (``bm25-lucene``)."""
 
     name: str
     matches: Callable[[RetrieverSpec], bool]
+    options: type
+    system: Callable[[RetrieverSpec, Any], str]
     build: Builder
     names: tuple[str, ...] = ()
+    presets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     description: str = ""
 
+    def option_names(self) -> set[str]:
+        from r2med.options import options_of
+
+        return {opt.name for opt in options_of(self.options)}
+
+
+_BM25_PRESETS = MappingProxyType({"bm25-lucene": MappingProxyType({"variant": "lucene"})})
 
 #: The retriever families, tried in order (the last one, dense, takes every name left: zoo names, model
 #: directories and hub ids, and fails with the valid names when none fits).
 FAMILIES: tuple[RetrieverFamily, ...] = (
-    RetrieverFamily("python", lambda spec: spec.encoder is not None, _python,
+    RetrieverFamily("python", lambda spec: spec.encoder is not None, DenseOptions, _python_system, _python,
                     description="a Python model object (r2med.run): an r2med.Encoder or an MTEB-style encode"),
-    RetrieverFamily("bm25", lambda spec: spec.name.strip().lower() == "bm25", _bm25, names=("bm25",),
+    RetrieverFamily("bm25", lambda spec: spec.name.strip().lower() in ("bm25", *_BM25_PRESETS), BM25Options,
+                    _bm25_system, _bm25, names=("bm25", *_BM25_PRESETS), presets=_BM25_PRESETS,
                     description="BM25 over Lucene's English analysis (r2med or lucene variant)"),
-    RetrieverFamily("openai", lambda spec: spec.name.strip().lower().startswith("openai:"), _remote,
+    RetrieverFamily("openai", lambda spec: spec.name.strip().lower().startswith("openai:"), DenseOptions,
+                    lambda spec, options: system_name(_remote_model(spec)), _remote,
                     description="openai:<model id>: any OpenAI-compatible embeddings endpoint ($OPENAI_BASE_URL)"),
-    RetrieverFamily("dense", lambda spec: True, _dense,
+    RetrieverFamily("dense", lambda spec: True, DenseOptions, _dense_system, _dense,
                     description="a dense model of the zoo (r2med models list), a local model directory or a hub id"),
 )
+
+
+def family_of(name: str) -> RetrieverFamily:
+    """The family of the retriever called ``name`` (not a Python model)."""
+    return RetrieverSpec(name).family()
+
+
+def retriever_option_classes() -> tuple[type, ...]:
+    """Every options class a retriever may take (each once): what ``r2med run`` offers as flags."""
+    seen: list[type] = [RetrieverOptions]
+    for family in FAMILIES:
+        if family.options not in seen:
+            seen.append(family.options)
+    return tuple(seen)
 
 
 def make_retriever(spec: RetrieverSpec | str, *, cache_dir: Path | None, progress: bool = True) -> Retriever:
     """``bm25``, any zoo model (``r2med models list``), a local model directory, a hub id, or
     ``openai:<model id>`` served by any OpenAI-compatible embeddings endpoint (``$OPENAI_BASE_URL``).
 
-    ``spec``: a :class:`RetrieverSpec` or just a name; ``cache_dir``: R2MED_HOME (None: nothing cached).
-    ``spec.identical_ids`` ("drop"/"keep") overrides the family's ``ignore_identical_ids``.
+    ``spec``: a :class:`RetrieverSpec` or just a name (``NAME:key=value`` too); ``cache_dir``: R2MED_HOME (None:
+    nothing cached). ``spec.identical_ids`` ("drop"/"keep") overrides the family's ``ignore_identical_ids``.
     Unknown names fail with the valid list and a suggestion.
     """
     if isinstance(spec, str):
-        spec = RetrieverSpec(name=spec)
-    if spec.identical_ids not in (None, "drop", "keep"):
-        raise UsageError(f"identical_ids must be 'drop' or 'keep' (or unset: the family's default), got {spec.identical_ids!r}")
-    family = next(family for family in FAMILIES if family.matches(spec))
-    retriever = family.build(spec, cache_dir, progress)
+        spec = RetrieverSpec.parse(spec)
+    family = spec.family()
+    retriever = family.build(spec, spec.resolved(), Runtime(cache_dir, progress))
     if spec.identical_ids is not None:  # default: as the official numbers of the family (dense drop, BM25 keep)
         retriever.ignore_identical_ids = spec.identical_ids == "drop"
     return retriever

@@ -21,6 +21,7 @@ from r2med.errors import IncompleteResultError
 from r2med.expansion.generate import expansion_dir, llm_dir_name
 from r2med.retrievers.base import Retriever
 from r2med.settings import Settings, get_settings
+from r2med.stages.base import component_key
 from r2med.store.results import SystemPath
 from r2med.types import Run
 
@@ -32,8 +33,10 @@ class Agent:
     judged_all = True
 
     def __init__(self, config: AgentConfig, retriever: Retriever, *, knowledge: Dataset | None = None,
-                 settings: Settings | None = None, top_k: int = 100, client: Any = None, progress: bool = True) -> None:
+                 settings: Settings | None = None, top_k: int = 100, client: Any = None, progress: bool = True,
+                 search_key: dict[str, Any] | None = None) -> None:
         self.agent_config = config.resolved()
+        self.search_key = search_key  # the search retriever's declared options (RetrieverSpec.key())
         self.retriever = retriever
         self.knowledge = knowledge
         self.settings = settings or get_settings()
@@ -61,10 +64,9 @@ class Agent:
 
     def config(self, dataset: Dataset) -> dict[str, Any]:
         corpus, source = self._corpus(dataset)
-        describe = getattr(self.retriever, "describe", None)
         return {
             "agent": self.agent_config.key(),
-            "search": {"retriever": describe(corpus.name) if describe else {"retriever": self.retriever.name},
+            "search": {"retriever": component_key(self.retriever, self.search_key, corpus.name),
                        "corpus": corpus.name, "source": source, "sha256": dict(corpus.sha256)},
             "top_k": self.top_k, "judged_all": True,
         }

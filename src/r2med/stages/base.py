@@ -36,6 +36,27 @@ class Stage(Protocol):
     def artifacts(self, dataset: Dataset) -> dict[str, list[dict[str, Any]]]: ...
 
 
+def component_key(component: Any, key: dict[str, Any] | None, *describe_args: Any) -> dict[str, Any]:
+    """What keys a stored result of ``component`` (a retriever, a reranker): ``key``, its declared options (from the
+    spec that built it: no component can forget them), and what the component adds itself (``describe(...)``, e.g. a
+    model fingerprint); without a ``describe``, its class and name.
+
+    >>> class Plain:
+    ...     name = "mine"
+    >>> component_key(Plain(), {"options": {"k": 3}})
+    {'class': 'r2med.stages.base.Plain', 'name': 'mine', 'options': {'options': {'k': 3}}}
+    """
+    own = getattr(component, "describe", None)
+    if callable(own):
+        described = dict(own(*describe_args))
+    else:
+        cls = type(component)
+        described = {"class": f"{cls.__module__}.{cls.__qualname__}".replace(".<locals>", ""), "name": component.name}
+    if "options" in described:
+        raise ValueError(f"{type(component).__name__}.describe() must not use the key 'options' (the declared ones)")
+    return {**described, "options": dict(key or {})}
+
+
 @dataclass(frozen=True)
 class DatasetResult:
     """One stage's result on one dataset: its scores, files, seconds, whether a stored result was reused,

@@ -18,7 +18,9 @@ from typing import Any
 
 from r2med.datasets.model import Dataset
 from r2med.errors import MissingResourceError, UsageError
-from r2med.rerankers.base import Reranker, check_top_k
+from r2med.options import option
+from r2med.rerankers.base import Reranked, Reranker, check_top_k
+from r2med.stages.base import component_key
 from r2med.store.results import BASE, SystemPath
 from r2med.types import Run
 
@@ -36,12 +38,6 @@ def run_digest(run: Run) -> str:
         for doc, score in run.ranked(qid):
             digest.update(f"{qid}\t{doc}\t{score!r}\n".encode())
     return digest.hexdigest()
-
-
-def describe(reranker: Reranker) -> dict[str, Any]:
-    """What determines a reranker's output (its ``describe()``, or its class and name)."""
-    own = getattr(reranker, "describe", None)
-    return dict(own()) if callable(own) else {"class": type(reranker).__name__, "name": reranker.name}
 
 
 @dataclass(frozen=True)
@@ -125,6 +121,17 @@ def _system_of(path: Path, output: Path) -> str:
         return path.resolve().name
 
 
+@dataclass(frozen=True, kw_only=True)
+class RerankStageOptions:
+    """``[reranker]``'s own keys besides ``name`` and the reranker kind's options."""
+
+    top_k: int = option(100, "documents reranked per query (10 or 100 in the paper)", minimum=1)
+    truncate: bool = option(False, "keep only the reranked top k per query, as the official reranker runs did "
+                            "(default: the rest follow in first-stage order)")
+    identical_ids: str | None = option(None, "drop documents whose id equals the query id before scoring (default "
+                                       "keep, as the official reranker numbers)", choices=("drop", "keep"))
+
+
 class Rerank:
     """Rerank every dataset's first-stage run; results under ``reranker/<name>/<system>/top_<k>/``.
 
@@ -136,13 +143,15 @@ class Rerank:
     """
 
     def __init__(self, reranker: Reranker, first_stage: FirstStage | Callable[[str], Run], *, system: str | None = None,
-                 top_k: int = 100, truncate: bool = False, ignore_identical_ids: bool = False) -> None:
+                 top_k: int = 100, truncate: bool = False, ignore_identical_ids: bool = False,
+                 key: dict[str, Any] | None = None) -> None:
         check_top_k(top_k)
         if system is None:
             if not isinstance(first_stage, FirstStage):
                 raise UsageError("Rerank needs system= when first_stage is a function")
             system = first_stage.system
         self.reranker = reranker
+        self.key = key  # the reranker's declared options (r2med.pipeline.reranker_key), part of the result's key
         self.load = first_stage.load if isinstance(first_stage, FirstStage) else first_stage
         self.system = system
         self.top_k = top_k
@@ -150,6 +159,7 @@ class Rerank:
         self.ignore_identical_ids = ignore_identical_ids
         self.where = SystemPath.rerank(reranker.name, system, top_k)
         self._runs: dict[str, Run] = {}
+        self._reported = Reranked()
 
     def _first(self, dataset: Dataset) -> Run:
         if dataset.name not in self._runs:
@@ -158,17 +168,17 @@ class Rerank:
         return self._runs[dataset.name]
 
     def config(self, dataset: Dataset) -> dict[str, Any]:
-        return {"reranker": describe(self.reranker), "top_k": self.top_k, "truncate": self.truncate,
+        return {"reranker": component_key(self.reranker, self.key), "top_k": self.top_k, "truncate": self.truncate,
                 "first_stage": {"system": self.system, "run_sha256": run_digest(self._first(dataset))}}
 
     def run(self, dataset: Dataset) -> Run:
         reranked = self.reranker.rerank(dataset.queries, dataset.corpus, self._first(dataset), top_k=self.top_k)
+        # what the reranker reports comes with its result (a plain Run reports nothing)
+        self._reported = reranked if isinstance(reranked, Reranked) else Reranked(name=reranked.name)
         return reranked.top_k(self.top_k) if self.truncate else reranked
 
     def details(self, dataset: Dataset) -> dict[str, Any]:
-        stats = getattr(self.reranker, "last_stats", None)
-        return {"reranker_stats": stats.__dict__ if stats is not None else None}
+        return {"reranker_stats": self._reported.details()}
 
     def artifacts(self, dataset: Dataset) -> dict[str, list[dict[str, Any]]]:
-        log = getattr(self.reranker, "window_log", None)
-        return {"windows": list(log)} if log else {}
+        return self._reported.artifacts

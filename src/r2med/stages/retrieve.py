@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from r2med.datasets.model import Dataset
 from r2med.retrievers.base import Retriever
 from r2med.settings import Settings
+from r2med.stages.base import component_key
 from r2med.store.results import SystemPath
 from r2med.types import Run
 
@@ -38,11 +39,13 @@ class Expansion:
 class Retrieve:
     """Search each dataset with ``retriever``: results under ``base retriever/<name>/`` or, with an
     ``expansion``, ``gar/<method>/<llm>/<name>/`` (a non-default BM25 composition in place of the method);
-    ``name`` is ``system`` when given, else the retriever's."""
+    ``name`` is ``system`` when given, else the retriever's; ``key``: the retriever's declared options
+    (``RetrieverSpec.key()``), which key the stored result with what the retriever's ``describe`` adds."""
 
     def __init__(self, retriever: Retriever, *, top_k: int = 100, expansion: Expansion | None = None,
-                 settings: Settings | None = None, system: str | None = None) -> None:
+                 settings: Settings | None = None, system: str | None = None, key: dict[str, Any] | None = None) -> None:
         self.retriever = retriever
+        self.key = key  # the retriever's declared options (RetrieverSpec.key()), part of the result's key
         self.top_k = top_k
         self.expansion = expansion
         self.settings = settings
@@ -55,10 +58,6 @@ class Retrieve:
         self._paths: dict[str, Path] = {}  # expansion file per dataset, found once
         self._prepared: dict[str, PreparedQueries] = {}
 
-    def _describe(self, dataset: Dataset) -> dict[str, Any]:
-        describe = getattr(self.retriever, "describe", None)
-        return describe(dataset.name) if describe is not None else {"retriever": self.retriever.name}
-
     def _expansion_file(self, dataset: Dataset) -> Path:
         from r2med.expansion.published import find_expansions
 
@@ -69,7 +68,7 @@ class Retrieve:
         return self._paths[dataset.name]
 
     def config(self, dataset: Dataset) -> dict[str, Any]:
-        config: dict[str, Any] = {"retriever": self._describe(dataset), "top_k": self.top_k}
+        config: dict[str, Any] = {"retriever": component_key(self.retriever, self.key, dataset.name), "top_k": self.top_k}
         if self.expansion is not None:
             from r2med.io.readers import file_sha256
 

@@ -30,9 +30,15 @@ logger = logging.getLogger(__name__)
 DatasetSource = Dataset | Callable[[], Dataset]
 
 
+#: the form of the configuration that keys a stored result; results whose manifests have an older one (none: r2med
+#: before options were declared once) are recomputed once, with a warning (their result files come out the same)
+CONFIG_FORMAT = 2
+
+
 def stage_config(stage: Stage, dataset: Dataset) -> dict[str, Any]:
     """The configuration that keys ``stage``'s result on ``dataset`` (hashed into its manifest)."""
     return {
+        "config_format": CONFIG_FORMAT,
         "system": str(stage.where),
         **stage.config(dataset),
         "ignore_identical_ids": stage.ignore_identical_ids,

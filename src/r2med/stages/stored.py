@@ -38,7 +38,13 @@ def reusable_scores(files: ResultFiles, config: dict[str, Any], *, dataset: str)
                             manifest_path(files.result))
             return None
         if manifest["config_sha256"] != config_sha256(config):
-            logger.info("%s: the stored result was made by another configuration; recomputing it", dataset)
+            stored = manifest.get("config")
+            stored_format = stored.get("config_format") if isinstance(stored, dict) else None
+            if stored_format != config.get("config_format"):
+                logger.warning("%s: %s was stored by an older r2med (configuration format %s, now %s); recomputing "
+                               "it once", dataset, files.result, stored_format or 1, config.get("config_format"))
+            else:
+                logger.info("%s: the stored result was made by another configuration; recomputing it", dataset)
             return None
         digests = verify_result_set(files.result, manifest)
         for member in (files.run, files.per_query, files.result):

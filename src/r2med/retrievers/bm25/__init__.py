@@ -10,17 +10,21 @@ The index takes analysed token lists; :func:`analyze` / :class:`EnglishAnalyzer`
 from text exactly as Pyserini's default analyzer does.
 """
 
-from r2med.retrievers.bm25.analyzer import EnglishAnalyzer, analyze
-from r2med.retrievers.bm25.index import VARIANTS, BM25Index, BM25Params, Hits
-from r2med.retrievers.bm25.ranking import adjust_score_ties, top_k
+from __future__ import annotations
 
-__all__ = [
-    "VARIANTS",
-    "BM25Index",
-    "BM25Params",
-    "EnglishAnalyzer",
-    "Hits",
-    "adjust_score_ties",
-    "analyze",
-    "top_k",
-]
+import importlib
+from typing import Any
+
+#: public name -> the module that defines it (imported when first used: ``r2med.retrievers.bm25.options``, which the
+#: command line reads, must not pull in numpy, scipy and the analyzer's tables)
+_PUBLIC = {
+    "VARIANTS": "options", "BM25Index": "index", "BM25Params": "index", "Hits": "index", "EnglishAnalyzer": "analyzer",
+    "analyze": "analyzer", "adjust_score_ties": "ranking", "top_k": "ranking",
+}
+__all__ = ["VARIANTS", "BM25Index", "BM25Params", "EnglishAnalyzer", "Hits", "adjust_score_ties", "analyze", "top_k"]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _PUBLIC:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_PUBLIC[name]}"), name)

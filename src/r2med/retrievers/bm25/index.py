@@ -53,6 +53,7 @@ import scipy.sparse as sp
 from r2med.errors import InvalidInputError, UsageError
 from r2med.retrievers.bm25 import persist
 from r2med.retrievers.bm25.cores import default_workers, in_threads, row_parts
+from r2med.retrievers.bm25.options import K1, VARIANTS, B
 from r2med.retrievers.bm25.ranking import (
     DocIdTable,
     adjust_score_ties,
@@ -75,9 +76,6 @@ __all__ = ["VARIANTS", "BM25Index", "BM25Params", "Hits"]
 
 logger = logging.getLogger(__name__)
 
-#: The scoring variants :class:`BM25Index` implements.
-VARIANTS: tuple[str, ...] = ("r2med", "lucene")
-
 # bound the dense (queries x documents) and (terms x queries) blocks of one chunk of queries
 _MAX_BLOCK_CELLS = 1 << 22
 # gensim's Dictionary prunes its vocabulary to this many terms when it grows larger
@@ -97,8 +95,8 @@ class BM25Params:
     """
 
     variant: str = "r2med"
-    k1: float = 0.9
-    b: float = 0.4
+    k1: float = K1
+    b: float = B
 
     def __post_init__(self) -> None:
         if self.variant not in VARIANTS:
@@ -175,8 +173,8 @@ class BM25Index:
         *,
         doc_ids: Sequence[str] | None = None,
         variant: str = "r2med",
-        k1: float = 0.9,
-        b: float = 0.4,
+        k1: float = K1,
+        b: float = B,
         workers: int | None = None,
     ) -> BM25Index:
         """Index analysed documents (one token list per corpus row, in corpus order).

@@ -15,6 +15,7 @@ from r2med.errors import InvalidInputError, R2MedError
 from r2med.io.progress import progress_bar
 from r2med.retrievers.bm25.analyzer import EnglishAnalyzer
 from r2med.retrievers.bm25.index import BM25Index, BM25Params
+from r2med.retrievers.bm25.options import K1, B, BM25Options, system_name
 from r2med.retrievers.bm25.parallel import analyze_and_count
 from r2med.retrievers.bm25.persist import FORMAT, FORMAT_VERSION
 from r2med.types import Run
@@ -56,8 +57,8 @@ class BM25Retriever:
     """
 
     variant: str = "r2med"
-    k1: float = 0.9
-    b: float = 0.4
+    k1: float = K1
+    b: float = B
     cache_dir: Path | None = None
     progress: bool = True
     workers: int | None = None
@@ -70,10 +71,7 @@ class BM25Retriever:
     @property
     def name(self) -> str:
         """``bm25`` for the published configuration; otherwise the variant and non-default parameters."""
-        name = "bm25" if self.variant == "r2med" else f"bm25-{self.variant}"
-        if (self.params.k1, self.params.b) != (0.9, 0.4):
-            name += f"-k1_{self.params.k1:g}-b_{self.params.b:g}"
-        return name
+        return system_name(BM25Options(variant=self.variant, k1=self.params.k1, b=self.params.b))
 
     def describe(self, dataset: str) -> dict:
         """Everything that determines this retriever's run (for manifests and resume keys)."""

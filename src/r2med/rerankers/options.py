@@ -1,0 +1,52 @@
+"""The rerankers' options, one class per kind (``r2med.options``: flags, ``[reranker]`` keys and docs from these
+declarations). A kind's registry row (``r2med.rerankers.registry.KINDS``) names its class."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from r2med.hf import DTYPES
+from r2med.llm.endpoint import LLMOptions
+from r2med.llm.reasoning import STYLES
+from r2med.options import option, redefault
+from r2med.rerankers.windows import DIRECTIONS
+
+#: what a listwise window that fails after its retries does
+ON_ERROR = ("raise", "keep")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PointwiseOptions:
+    """A (query, document) scorer on this machine: a cross-encoder."""
+
+    device: str | None = option(None, "pointwise: cpu, cuda, cuda:N or mps (default: the best available)", keyed=False)
+    dtype: str | None = option(None, "pointwise: weights on CUDA (default float32; float16 for RankLLaMA); float32 "
+                               "elsewhere", choices=DTYPES)
+    batch_size: int | None = option(None, "pointwise: pairs per batch (default 32; 8 for RankLLaMA)", minimum=1,
+                                    keyed=False)
+    max_length: int | None = option(None, "pointwise: tokens per (query, document) pair (default: as the authors ran "
+                                    "the model)", minimum=1)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankLlamaOptions(PointwiseOptions):
+    """RankLLaMA: a LoRA adapter on a base model."""
+
+    base_model: str | None = option(None, "rankllama: the base model the LoRA adapter goes on (default "
+                                    "meta-llama/Llama-2-7b-hf)", metavar="NAME|PATH")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ListwiseOptions(LLMOptions):
+    """RankGPT's sliding window over an OpenAI-compatible chat model (temperature 0 by default, as RankGPT)."""
+
+    temperature: float | None = redefault(LLMOptions, "temperature", 0.0)
+    window: int = option(20, "passages per window", minimum=1)
+    stride: int = option(10, "step between windows", minimum=1)
+    direction: str = option("back_to_front", "where the windows start (back_to_front, as RankGPT)", choices=DIRECTIONS)
+    max_words: int | None = option(300, "words kept per passage in the prompt", minimum=1)
+    with_scores: bool = option(False, "show each passage's first-stage score in the prompt (InsertRank)")
+    reasoning_style: str = option("auto", "how a reasoning model's trace is marked (default: detected from the tags)",
+                                  choices=("auto", *STYLES))
+    on_error: str = option("raise", "a window that fails after retries: raise = exit 6 once the other queries are "
+                           "done (rerun to resume), keep = the window keeps its order", choices=ON_ERROR)

@@ -1,0 +1,18 @@
+"""The options of the dense retrievers (zoo models, model directories, hub ids, ``openai:`` endpoints and Python
+models), declared once (``r2med.options``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from r2med.options import option
+
+
+@dataclass(frozen=True, kw_only=True)
+class DenseOptions:
+    """Where and how texts are encoded, and the instructions prepended to them (default: the zoo's)."""
+
+    device: str | None = option(None, "cpu, cuda, cuda:N or mps (default: the best available)", keyed=False)
+    batch_size: int | None = option(None, "texts per encoding batch (default: the model's)", minimum=1, keyed=False)
+    query_instruction: str | None = option(None, "instruction prepended to every query (overrides the zoo's)")
+    doc_instruction: str | None = option(None, "instruction prepended to every document (overrides the zoo's)")
