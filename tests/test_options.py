@@ -226,3 +226,39 @@ def test_flags_are_shared_not_declared_twice():
     args = parser.parse_args(["--device", "cpu"])
     assert first.given(args)["device"] == second.given(args)["device"] == "cpu"
     assert from_table(Other, {}, "t") == Other()
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ReverseOptions:
+    depth: int = option(5, "documents reversed per query", minimum=1)
+
+
+def test_a_reranker_kind_with_options_is_its_module_and_one_row(monkeypatch):
+    """A new kind: its options class and builder (what its module would hold), one KINDS row and its name's spec."""
+    from types import MappingProxyType
+
+    from r2med.rerankers import registry as rr
+
+    built = []
+
+    def build(spec, options, runtime):
+        built.append(options)
+        return Plain(options.depth)
+
+    monkeypatch.setattr(rr, "KINDS", MappingProxyType({**rr.KINDS, "reverse": rr.RerankerKind("reverse", ReverseOptions,
+                                                                                               build)}))
+    monkeypatch.setattr(rr, "SPECS", (*rr.SPECS, rr.RerankerSpec("reverse", "reverse", "reverse")))
+    parser = build_parser()
+    rerank = parser._subparsers._group_actions[0].choices["rerank"]
+    assert "--depth N" in rerank.format_help()
+    args = parser.parse_args(["rerank", "--run", "bm25", "--reranker", "reverse", "--depth", "7"])
+    from r2med.cli.flags import given
+    from r2med.cli.rerank import flag_sets
+
+    assert rr.options_for("reverse", given(args, flag_sets())) == ReverseOptions(depth=7)
+    spec = parse_spec({"retriever": [{"name": "bm25"}], "reranker": {"name": "reverse", "depth": 3}}, base=Path("."))
+    assert spec.reranker.options == ReverseOptions(depth=3)
+    with pytest.raises(InvalidInputError, match=r"\[reranker\]: depth must be at least 1, got 0"):
+        parse_spec({"retriever": [{"name": "bm25"}], "reranker": {"name": "reverse", "depth": 0}}, base=Path("."))
+    rr.make_reranker("reverse", {"depth": 2})
+    assert built == [ReverseOptions(depth=2)]
