@@ -26,7 +26,8 @@ def test_unknown_option_names_the_subcommand_and_its_closest_option(cli, tmp_pat
     assert result.code == 2 and result.out == ""
     assert result.err.startswith(f"usage: r2med {command} [-h]")
     assert TOP_USAGE not in result.err
-    assert result.err.endswith(f"r2med {command}: error: unrecognized arguments: {unknown}; did you mean '{closest}'?\n")
+    said = f"r2med {command}: error: unrecognized arguments: {unknown}; did you mean '{closest}'?\n"
+    assert result.err.endswith(said)
     assert list(tmp_path.iterdir()) == []  # nothing ran (no ./results)
 
 

@@ -67,7 +67,8 @@ class CliParser(argparse.ArgumentParser):
     def _unrecognized(self, extras: list[str]) -> None:
         options = [o for action in self._actions for o in action.option_strings if o.startswith("--")]
         unknown = next((e.split("=", 1)[0] for e in extras if e.startswith("-")), "")
-        super().error(f"unrecognized arguments: {' '.join(extras)}" + (did_you_mean(unknown, options) if unknown else ""))
+        hint = did_you_mean(unknown, options) if unknown else ""
+        super().error(f"unrecognized arguments: {' '.join(extras)}{hint}")
 
     def _extras_when_nothing_is_required(self) -> list[str]:
         """What this parser would leave over from its arguments if no option were required."""
