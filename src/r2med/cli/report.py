@@ -5,12 +5,16 @@ from __future__ import annotations
 import argparse
 import logging
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from r2med.cli.args import csv_list, emit_json
 from r2med.cli.leaderboard import add_command_parser
 from r2med.errors import UsageError
+
+if TYPE_CHECKING:
+    from r2med.reporting.report import ReportOptions
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -26,7 +30,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         top=args.top, max_doc_chars=args.max_doc_chars, max_queries=args.max_queries,
         n_resamples=args.n_resamples, seed=args.seed, datasets=tuple(args.datasets) if args.datasets else None,
     )
-    with collected_warnings() as warnings:
+    with collected_warnings() if args.json else nullcontext([]) as warnings:
         path = write_report(args.result_dir, args.output, options)
     if args.json:
         emit_json(report_summary(path, args.result_dir, options, warnings))
@@ -35,7 +39,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def report_summary(path: Path, result_dir: Path, options, warnings: list[str]) -> dict:
+def report_summary(path: Path, result_dir: Path, options: ReportOptions, warnings: list[str]) -> dict:
     """What ``--json`` prints: the page written, the systems of ``result_dir`` and the datasets it shows (the
     leaderboard's order), how many published systems it adds, and the warnings said while writing it."""
     from r2med.reporting.leaderboard import build_rows, discover, paper_results, shown_datasets
