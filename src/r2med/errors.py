@@ -1,8 +1,21 @@
 """The r2med error tree: every user-facing failure is one of these.
 
-Each class carries the process exit code the CLI uses (DESIGN.md #9):
-0 ok, 2 usage, 3 missing extra, 4 missing resource, 5 invalid input (a damaged stored file that cannot be
-recomputed, too), 6 provider/runtime failure (a results directory another r2med process is using, too).
+Each class carries the process exit code of the ``r2med`` command, the one convention every command follows:
+
+====  ==========================  =====================================================================
+code  class                       meaning
+====  ==========================  =====================================================================
+0                                 success
+2     ``UsageError``              a wrong name, option or combination of options (argparse's, too)
+3     ``MissingExtraError``       an optional dependency is not installed; the message names the extra
+4     ``MissingResourceError``    data, a model or a server that is not there (a missing file, too)
+5     ``InvalidInputError``       input that cannot be used as it is; a damaged stored file that cannot
+                                  be recomputed (``DamagedFileError``)
+6     ``ProviderError``           a provider or runtime failure (hub, API, model runtime, another
+                                  file-system failure); a results directory another r2med process is
+                                  using (``ResultsBusyError``)
+130                               interrupted (Ctrl-C or SIGTERM)
+====  ==========================  =====================================================================
 """
 
 from __future__ import annotations

@@ -1,14 +1,16 @@
 """The ``r2med`` command line: a thin argparse front over the library, one module per subcommand.
 
 Each subcommand parses, calls library functions and prints; printing happens here and in
-``r2med.reporting`` only. Exit codes (DESIGN.md #9): 0 ok, 2 usage, 3 missing extra, 4 missing
-resource, 5 invalid input, 6 provider/runtime failure. Importing this package imports no heavy
-dependency: every subcommand imports its work lazily.
+``r2med.reporting`` only. Exit codes: 0 ok, 2 usage, 3 missing extra, 4 missing resource, 5 invalid
+input, 6 provider/runtime failure, 130 interrupted (the table in ``r2med.errors``' docstring says which
+error class has which). Importing this package imports no heavy dependency: every subcommand imports
+its work lazily.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import logging
 import signal
@@ -30,12 +32,69 @@ COMMAND_MODULES = (
 )
 
 
+def did_you_mean(word: str, choices: Sequence[str]) -> str:
+    """``"; did you mean 'X'?"`` for the choice closest to ``word`` (difflib), ``""`` when none is close.
+
+    >>> did_you_mean("--data-dri", ["--data-dir", "--output"])
+    "; did you mean '--data-dir'?"
+    >>> did_you_mean("--zzz", ["--data-dir"])
+    ''
+    """
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f"; did you mean '{close[0]}'?" if close else ""
+
+
+class CliParser(argparse.ArgumentParser):
+    """The parser of ``r2med`` and, through ``add_subparsers``, of every subcommand: an unknown option is reported by
+    the (sub)command that got it, with its own usage line and the closest of its options (exit 2), before a missing
+    required option (often the same one, misspelt); an invalid choice (a misspelt subcommand, too) gets the closest
+    valid one."""
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        self._given = list(sys.argv[1:] if args is None else args)
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras:  # the deepest subcommand parses first, so the one whose options these were not says so
+            self._unrecognized(extras)
+        return namespace, extras
+
+    def error(self, message: str):  # type: ignore[override]
+        if message.startswith("the following arguments are required"):
+            extras = self._extras_when_nothing_is_required()
+            if extras:
+                self._unrecognized(extras)
+        super().error(message)
+
+    def _unrecognized(self, extras: list[str]) -> None:
+        options = [o for action in self._actions for o in action.option_strings if o.startswith("--")]
+        unknown = next((e.split("=", 1)[0] for e in extras if e.startswith("-")), "")
+        hint = did_you_mean(unknown, options) if unknown else ""
+        super().error(f"unrecognized arguments: {' '.join(extras)}{hint}")
+
+    def _extras_when_nothing_is_required(self) -> list[str]:
+        """What this parser would leave over from its arguments if no option were required."""
+        required = [action for action in self._actions if action.required]
+        for action in required:
+            action.required = False
+        try:
+            return super().parse_known_args(getattr(self, "_given", []), None)[1]
+        finally:
+            for action in required:
+                action.required = True
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        try:
+            super()._check_value(action, value)
+        except argparse.ArgumentError as exc:
+            hint = did_you_mean(value, [str(c) for c in action.choices]) if isinstance(value, str) else ""
+            raise argparse.ArgumentError(action, exc.message + hint) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     # -q/-v work before and after the subcommand; SUPPRESS keeps a subcommand from resetting them
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="only errors on stderr, no progress bars")
     common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="more detail on stderr")
-    parser = argparse.ArgumentParser(prog="r2med", description="Run the R2MED benchmark end to end, exactly as published.", parents=[common])
+    parser = CliParser(prog="r2med", description="Run the R2MED benchmark end to end, exactly as published.", parents=[common])
     parser.add_argument("--version", action="version", version=f"r2med {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module in COMMAND_MODULES:

@@ -1,4 +1,5 @@
-"""``r2med compare A B [--results DIR] [--tasks ...]``: paired tests from per-query metrics."""
+"""``r2med compare A B [--results DIR] [--tasks ...] [--format md|json] [--json]``: paired tests from per-query
+metrics."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from r2med.cli.args import csv_list
-from r2med.cli.leaderboard import add_command_parser, emit
+from r2med.cli.leaderboard import add_command_parser, add_format_options, emit, output_format
 from r2med.errors import UsageError
 
 
@@ -17,11 +18,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise UsageError(f"--n-resamples must be at least 1, got {args.n_resamples}")
     if not 0 < args.confidence < 1:
         raise UsageError(f"--confidence must be between 0 and 1 (e.g. 0.95), got {args.confidence}")
+    fmt = output_format(args)
     a = resolve_system(args.a, results=args.results)
     b = resolve_system(args.b, results=args.results)
     cmp = compare_systems(a, b, datasets=args.tasks, metric=args.metric, n_resamples=args.n_resamples,
                           seed=args.seed, confidence=args.confidence)
-    emit(format_comparison(cmp, args.format), args.output)
+    emit(format_comparison(cmp, fmt), args.output)
     return 0
 
 
@@ -44,7 +46,7 @@ def register(subparsers, common_parent: argparse.ArgumentParser | None = None) -
     parser.add_argument("--n-resamples", type=int, default=10000, help="permutations and bootstrap resamples (default 10000)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random generator (default 0)")
     parser.add_argument("--confidence", type=float, default=0.95, help="confidence level of the interval (default 0.95)")
-    parser.add_argument("--format", choices=["md", "json"], default="md", help="output format (default md)")
+    add_format_options(parser, ["md", "json"])
     parser.add_argument("-o", "--output", type=Path, default=None, help="write to this file instead of stdout")
     parser.set_defaults(func=cmd_compare)
     return parser

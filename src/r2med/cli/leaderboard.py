@@ -1,12 +1,14 @@
 """``r2med leaderboard [RESULT_DIRS...] [--with-paper] [--datasets NAMES] [--by dataset|task|body-system]
-[--data-dir DIR] [--metric ndcg_at_10] [--format md|csv|latex|html|json]``."""
+[--data-dir DIR] [--metric ndcg_at_10] [--format md|csv|latex|html|json] [--json]``."""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
 
 from r2med.cli.args import csv_list
+from r2med.errors import UsageError
 
 
 def add_command_parser(subparsers, common_parent: argparse.ArgumentParser | None, name: str, **kwargs):
@@ -18,6 +20,27 @@ def add_command_parser(subparsers, common_parent: argparse.ArgumentParser | None
         return subparsers.add_parser(name, parents=[common_parent], **kwargs)
     except TypeError:  # a wrapped add_parser that passes parents=[common] itself
         return subparsers.add_parser(name, **kwargs)
+
+
+def add_format_options(parser: argparse.ArgumentParser, formats: Sequence[str]) -> None:
+    """``--format`` (``formats``, default md) and ``--json``, the same output as ``--format json``."""
+    parser.add_argument("--format", choices=formats, default=None, help="output format (default md)")
+    parser.add_argument("--json", action="store_true", help="print JSON: the same output as --format json")
+
+
+def output_format(args: argparse.Namespace) -> str:
+    """The format ``--format``/``--json`` ask for (md when neither); UsageError when they ask for two.
+
+    >>> output_format(argparse.Namespace(format=None, json=True))
+    'json'
+    >>> output_format(argparse.Namespace(format="csv", json=True))
+    Traceback (most recent call last):
+    ...
+    r2med.errors.UsageError: --json and --format csv ask for two formats; give one of them
+    """
+    if args.json and args.format not in (None, "json"):
+        raise UsageError(f"--json and --format {args.format} ask for two formats; give one of them")
+    return "json" if args.json else args.format or "md"
 
 
 def emit(text: str, output: Path | None) -> None:
@@ -34,6 +57,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     from r2med.reporting.breakdown import by_body_system, by_task
     from r2med.reporting.leaderboard import format_leaderboard, gather, rows_of
 
+    fmt = output_format(args)
     systems = gather(args.result_dirs, with_paper=args.with_paper)
     rows = rows_of(systems, args.metric, args.datasets)
     breakdown = None
@@ -41,7 +65,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
         breakdown = by_task(rows)
     elif args.by == "body-system":
         breakdown = by_body_system(rows, systems, metric=args.metric, data_dir=args.data_dir)
-    emit(format_leaderboard(rows, args.format, metric=args.metric, breakdown=breakdown), args.output)
+    emit(format_leaderboard(rows, fmt, metric=args.metric, breakdown=breakdown), args.output)
     return 0
 
 
@@ -71,7 +95,7 @@ def register(subparsers, common_parent: argparse.ArgumentParser | None = None) -
                         help="--by body-system: dataset directories whose query files carry 'body_system' "
                              "(default: the hub cache)")
     parser.add_argument("--metric", default="ndcg_at_10", help="official key (ndcg_at_10, recall_at_100, mrr, ...)")
-    parser.add_argument("--format", choices=FORMATS, default="md", help="output format (default md)")
+    add_format_options(parser, FORMATS)
     parser.add_argument("-o", "--output", type=Path, default=None, help="write to this file instead of stdout")
     parser.set_defaults(func=cmd_leaderboard)
     return parser

@@ -1,13 +1,20 @@
-"""``r2med report RESULT_DIR -o report.html``: one self-contained HTML page."""
+"""``r2med report RESULT_DIR -o report.html [--json]``: one self-contained HTML page."""
 
 from __future__ import annotations
 
 import argparse
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from r2med.cli.args import csv_list
+from r2med.cli.args import csv_list, emit_json
 from r2med.cli.leaderboard import add_command_parser
 from r2med.errors import UsageError
+
+if TYPE_CHECKING:
+    from r2med.reporting.report import ReportOptions
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -23,9 +30,49 @@ def cmd_report(args: argparse.Namespace) -> int:
         top=args.top, max_doc_chars=args.max_doc_chars, max_queries=args.max_queries,
         n_resamples=args.n_resamples, seed=args.seed, datasets=tuple(args.datasets) if args.datasets else None,
     )
-    path = write_report(args.result_dir, args.output, options)
-    print(path)
+    with collected_warnings() if args.json else nullcontext([]) as warnings:
+        path = write_report(args.result_dir, args.output, options)
+    if args.json:
+        emit_json(report_summary(path, args.result_dir, options, warnings))
+    else:
+        print(path)
     return 0
+
+
+def report_summary(path: Path, result_dir: Path, options: ReportOptions, warnings: list[str]) -> dict:
+    """What ``--json`` prints: the page written, the systems of ``result_dir`` and the datasets it shows (the
+    leaderboard's order), how many published systems it adds, and the warnings said while writing it."""
+    from r2med.reporting.leaderboard import build_rows, discover, paper_results, shown_datasets
+
+    rows = build_rows(discover(Path(result_dir)) + (paper_results() if options.with_paper else []), options.metric,
+                      options.datasets)
+    return {"report": str(path), "result_dir": str(result_dir), "metric": options.metric,
+            "systems": [r.system for r in rows if not r.published],
+            "published_systems": sum(r.published for r in rows), "datasets": list(shown_datasets(rows)),
+            "warnings": list(dict.fromkeys(warnings))}
+
+
+@contextmanager
+def collected_warnings() -> Iterator[list[str]]:
+    """The messages of the warnings r2med logs inside the block, -q or not (-q keeps them off stderr only)."""
+    r2med_logger = logging.getLogger("r2med")
+    messages: list[str] = []
+    collector = logging.Handler(logging.WARNING)
+    collector.emit = lambda record: messages.append(record.getMessage())  # type: ignore[method-assign]
+    level = r2med_logger.getEffectiveLevel()
+    quieted = [(h, h.level) for h in r2med_logger.handlers] if level > logging.WARNING else []
+    for handler, _ in quieted:  # -q: the terminal's handlers stay at the level -q set; the collector hears warnings
+        handler.setLevel(max(handler.level, level))
+    saved = r2med_logger.level
+    r2med_logger.setLevel(min(level, logging.WARNING))
+    r2med_logger.addHandler(collector)
+    try:
+        yield messages
+    finally:
+        r2med_logger.removeHandler(collector)
+        r2med_logger.setLevel(saved)
+        for handler, handler_level in quieted:
+            handler.setLevel(handler_level)
 
 
 def register(subparsers, common_parent: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
@@ -53,5 +100,7 @@ def register(subparsers, common_parent: argparse.ArgumentParser | None = None) -
     parser.add_argument("--max-queries", type=int, default=None, help="queries shown per dataset (default all)")
     parser.add_argument("--n-resamples", type=int, default=10000, help="permutations and bootstrap resamples (default 10000)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random generator (default 0)")
+    parser.add_argument("--json", action="store_true",
+                        help="print a JSON summary (the page written, systems, datasets, warnings) instead of its path")
     parser.set_defaults(func=cmd_report)
     return parser

@@ -43,7 +43,3 @@ class Dataset:
     @property
     def n_duplicate_doc_rows(self) -> int:
         return len(self.doc_ids) - len(self.corpus)
-
-    def fingerprint(self) -> str:
-        """A content key: the sha256 of each file, in a stable order (used to key caches)."""
-        return ";".join(f"{name}={digest}" for name, digest in sorted(self.sha256.items()))

@@ -51,10 +51,6 @@ class Problems:
         """A finding that is not tied to a line (a cross-file check)."""
         self._notes.append(message)
 
-    def tally(self, kind: str) -> int:
-        """How many findings of ``kind`` were counted, over all files."""
-        return sum(t.total for (k, _), t in self._tallies.items() if k == kind)
-
     @property
     def warnings(self) -> list[str]:
         out = []

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -71,7 +71,6 @@ class DenseRetriever:
     batch_size: int | None = None
     progress: bool = True
     ignore_identical_ids: bool = True
-    last_counts: dict = field(default_factory=dict)
 
     def describe(self, dataset: str) -> dict:
         """Everything that determines this retriever's run (for manifests and resume keys)."""
