@@ -105,6 +105,11 @@ class ChatClient:
     def __repr__(self) -> str:
         return f"ChatClient({self.model!r}, {safe_url(self.base_url)!r})"
 
+    @property
+    def stats(self) -> dict[str, float]:
+        """HTTP counters since construction, as the embedding encoders': requests, retries, waited_s."""
+        return self._http.stats.snapshot()
+
     # ------------------------------------------------------------ one request
     async def complete(self, messages: Messages, params: SamplingParams) -> ChatResult:
         """One chat completion with retries (the connections are the running event loop's)."""
