@@ -35,6 +35,22 @@ ANSWERS: dict[str, dict[str, Any]] = {
 }
 
 
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _HTTPServer
+
+    def log_message(self, *args: Any) -> None:  # keep the test output clean
+        pass
+
+    def do_POST(self) -> None:
+        self.server.stack.answer(self)
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    stack: StackServer
+
+
 class StackServer:
     """Answers the three paths on 127.0.0.1; ``script(path, *faults)`` queues faults for a path's next requests.
 
@@ -46,43 +62,34 @@ class StackServer:
         self.faults: dict[str, list[Any]] = {}
         self.lock = threading.Lock()
         self.stopping = threading.Event()
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                auth = self.headers.get("Authorization")
-                with outer.lock:
-                    outer.requests.append((self.path, body, auth))
-                    queue = outer.faults.get(self.path) or []
-                    fault = queue.pop(0) if queue else None
-                status, headers, payload = 200, {}, ANSWERS.get(self.path, {})
-                if fault == "hang":
-                    outer.stopping.wait(0.6)
-                elif fault == "echo":
-                    payload = {"object": "echo", "headers": {"authorization": auth}}
-                elif fault is not None:
-                    status, headers, payload = fault
-                data = json.dumps(payload).encode()
-                try:
-                    self.send_response(status)
-                    for key, value in {"Content-Type": "application/json", "Content-Length": str(len(data)),
-                                       **headers}.items():
-                        self.send_header(key, value)
-                    self.end_headers()
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):  # the client timed out
-                    pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
+        self.httpd = _HTTPServer(("127.0.0.1", 0), _Handler)
+        self.httpd.stack = self
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
         self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def answer(self, request: _Handler) -> None:
+        body = request.rfile.read(int(request.headers.get("Content-Length") or 0))
+        auth = request.headers.get("Authorization")
+        with self.lock:
+            self.requests.append((request.path, body, auth))
+            queue = self.faults.get(request.path) or []
+            fault = queue.pop(0) if queue else None
+        status, headers, payload = 200, {}, ANSWERS.get(request.path, {})
+        if fault == "hang":
+            self.stopping.wait(0.6)
+        elif fault == "echo":
+            payload = {"object": "echo", "headers": {"authorization": auth}}
+        elif fault is not None:
+            status, headers, payload = fault
+        data = json.dumps(payload).encode()
+        try:
+            request.send_response(status)
+            for key, value in {"Content-Type": "application/json", "Content-Length": str(len(data)), **headers}.items():
+                request.send_header(key, value)
+            request.end_headers()
+            request.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):  # the client timed out
+            pass
 
     def script(self, path: str, *faults: Any) -> None:
         with self.lock:

@@ -18,8 +18,8 @@ import socket
 import ssl
 import threading
 import weakref
-from collections.abc import Callable, Generator
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from r2med.errors import ProviderError
 from r2med.http.retry import (
@@ -35,14 +35,23 @@ from r2med.http.rules import Secret, is_local_url, safe_url
 
 logger = logging.getLogger(__name__)
 
-T = TypeVar("T")
 #: ``(answer, attempts) -> value``: reads a 2xx JSON answer; raises ``BadAnswer`` to have it retried
 Parse = Callable[[dict[str, Any], int], Any]
 #: ``(attempt) -> None``, called before each attempt (from 0); may raise to send nothing (a spent budget)
 Before = Callable[[int], None]
 _SEND = object()
 #: what one attempt gave: ``(status, headers, redacted body)`` or the transport's exception
-Sent = tuple[int, Any, str] | BaseException
+Sent = tuple[int, Any, str] | BaseException | None
+
+
+class _Outcome:
+    """What the driver of ``JsonClient._attempts`` hands it (``sent``) and what it hands back (``value``)."""
+
+    __slots__ = ("sent", "value")
+
+    def __init__(self) -> None:
+        self.sent: Any = None
+        self.value: Any = None
 
 
 def _whole(answer: dict[str, Any], attempts: int) -> dict[str, Any]:
@@ -87,38 +96,27 @@ class JsonClient:
              abort: threading.Event | None = None) -> Any:
         """The parsed answer of ``POST base_url/path``; gives up before an attempt, or in a wait, once ``abort`` is set."""
         url, data = self._request(path, payload)
-        steps = self._attempts(url, parse, before)
-        waiter = abort or threading.Event()
-        sent: Sent | None = None
-        while True:
-            try:
-                step = steps.send(sent)
-            except StopIteration as done:
-                return done.value
+        waiter, outcome = abort or threading.Event(), _Outcome()
+        for step in self._attempts(url, parse, before, outcome):
             if waiter.is_set():
                 raise ProviderError(f"{self.label}: POST {safe_url(url)} cancelled because another request failed")
             if step is _SEND:
-                sent = self._exchange(url, data)
+                outcome.sent = self._exchange(url, data)
             else:
                 waiter.wait(step)
-                sent = None
+        return outcome.value
 
     async def apost(self, path: str, payload: dict[str, Any], *, parse: Parse = _whole,
                     before: Before | None = None) -> Any:
         """``post`` from asyncio: the same attempts, each awaited (the connections are this event loop's)."""
         url, data = self._request(path, payload)
-        steps = self._attempts(url, parse, before)
-        sent: Sent | None = None
-        while True:
-            try:
-                step = steps.send(sent)
-            except StopIteration as done:
-                return done.value
+        outcome = _Outcome()
+        for step in self._attempts(url, parse, before, outcome):
             if step is _SEND:
-                sent = await self._aexchange(url, data)
+                outcome.sent = await self._aexchange(url, data)
             else:
                 await asyncio.sleep(step)
-                sent = None
+        return outcome.value
 
     def close(self) -> None:
         """Close the blocking connections (``aclose`` closes the running event loop's)."""
@@ -133,8 +131,9 @@ class JsonClient:
             await client.aclose()
 
     # ------------------------------------------------------------------ the policy, once
-    def _attempts(self, url: str, parse: Parse, before: Before | None) -> Generator[Any, Sent | None, Any]:
-        """Yields ``_SEND`` (and gets what the attempt gave) or a delay in seconds; returns the parsed answer."""
+    def _attempts(self, url: str, parse: Parse, before: Before | None, outcome: _Outcome) -> Iterator[Any]:
+        """Yields ``_SEND`` (the driver puts what the attempt gave in ``outcome.sent``) or a delay in seconds; ends
+        with the parsed answer in ``outcome.value``, or raises."""
         shown = safe_url(url)
         where = f"{self.label}: POST {shown}"
         policy = self.policy
@@ -142,12 +141,14 @@ class JsonClient:
             if before is not None:
                 before(attempt)
             self.stats.add("requests")
-            sent = yield _SEND
+            yield _SEND
+            sent = outcome.sent
             if isinstance(sent, BaseException):
                 retry = self._transport_retry(sent, where)
             elif 200 <= sent[0] < 300:
                 try:
-                    return parse(json_object(sent[2]), attempt + 1)
+                    outcome.value = parse(json_object(sent[2]), attempt + 1)
+                    return
                 except BadAnswer as exc:
                     retry = Retry(str(exc))
             else:
@@ -214,12 +215,13 @@ class JsonClient:
 
     def _async_client(self) -> Any:
         loop = asyncio.get_running_loop()
-        client = self._async.get(loop)
-        if client is None:
-            import httpx2
+        with self._lock:
+            client = self._async.get(loop)
+            if client is None:
+                import httpx2
 
-            client = self._async[loop] = httpx2.AsyncClient(**self._options())
-        return client
+                client = self._async[loop] = httpx2.AsyncClient(**self._options())
+            return client
 
     def _exchange(self, url: str, data: bytes) -> Sent:
         try:
