@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from r2med.errors import MissingResourceError, ProviderError
-from r2med.http import FatalProviderError
+from r2med.http import FatalProviderError, JsonClient, Retry, RetryPolicy, Secret
 from r2med.llm.client import ChatClient, SamplingParams
 from r2med.retrievers.dense.api import OpenAIEmbeddings
 
@@ -290,3 +290,80 @@ def test_the_agent_writes_no_key_into_its_trajectories_or_summary(server, tmp_pa
     assert '"error": "m: POST ' in trajectories and "Bearer ***" in trajectories
     for path in tmp_path.iterdir():
         assert SECRET not in path.read_text(), path.name
+
+
+def test_an_answer_quoting_the_key_is_kept_without_it_but_a_short_key_is_no_secret(server, monkeypatch):
+    """The answer's text is cut free of the key before it is parsed, so no stored text can hold it; a key shorter
+    than 8 characters (``EMPTY``, as local servers are given) is no secret, and answers keep the word."""
+    chat = PATHS["chat"]
+    send = KINDS["chat"][0]
+    server.script(chat, (200, {}, {"choices": [{"message": {"content": f"your key is {SECRET}."}}]}))
+    assert send(server.base_url)[0] == "your key is ***."
+    monkeypatch.setenv("R2MED_STACK_KEY", "EMPTY")
+    server.script(chat, (200, {}, {"choices": [{"message": {"content": "EMPTY means nothing here."}}]}))
+    assert send(server.base_url)[0] == "EMPTY means nothing here."
+    assert [auth for _, _, auth in server.requests] == [f"Bearer {SECRET}", "Bearer EMPTY"]
+
+
+def test_a_redirect_is_not_followed_and_names_where_it_points_for_every_kind(server):
+    outcomes = each_kind(server, (308, {"Location": "https://elsewhere.example/v1"}, {}))
+    for kind, error in outcomes.items():
+        assert type(error) is ProviderError and server.count(PATHS[kind]) == 1, kind
+        assert str(error).endswith("failed with HTTP 308: {} (redirected to https://elsewhere.example/v1; use that "
+                                   "as the base URL)")
+
+
+def test_answers_that_are_not_what_was_asked_for_are_retried_then_named(server):
+    not_an_object = (200, {}, [1, 2])
+    outcomes = each_kind(server, not_an_object, not_an_object, not_an_object)
+    for kind, error in outcomes.items():
+        assert str(error).endswith("(2 retries); last error: answer is JSON but not an object: '[1, 2]'"), kind
+    chat_shaped = (200, {}, ANSWERS["/v1/chat/completions"])
+    server.script(PATHS["completions"], chat_shaped, chat_shaped, chat_shaped)
+    with pytest.raises(ProviderError, match="last error: answer is not a text completion "
+                                            r"\(choice without 'text', got NoneType\)$"):
+        KINDS["completions"][0](server.base_url)
+
+
+def test_an_unknown_host_is_retried_then_a_missing_resource(monkeypatch):
+    def no_such_host(*args, **kwargs):
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(socket, "getaddrinfo", no_such_host)
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    for kind, (send, _) in KINDS.items():
+        with pytest.raises(MissingResourceError, match=r"cannot reach https://api\.example\.org/v1/.* unknown host "
+                                                       r"\(ConnectError: .*Name or service not known\) on 3 attempts"):
+            send("https://api.example.org/v1")
+
+
+@pytest.mark.parametrize(("cause", "expected"), [
+    (ConnectionRefusedError(111, "Connection refused"), Retry("connection refused", unreachable=True)),
+    (OSError(101, "Network is unreachable"),
+     Retry("cannot connect (ConnectError: [Errno 101] Network is unreachable)", unreachable=True)),
+    (TimeoutError("timed out"), Retry("timed out after 1 s")),
+])
+def test_transport_failures_are_classified_once(cause, expected):
+    import httpx2
+
+    client = JsonClient("http://127.0.0.1:1/v1", label="m", secret=Secret(SECRET), timeout=1, policy=RetryPolicy())
+    exc = cause if isinstance(cause, TimeoutError) else httpx2.ConnectError(str(cause))
+    exc.__cause__ = None if exc is cause else cause
+    assert client._transport_retry(exc, "m: POST u") == expected
+
+
+@pytest.mark.parametrize("verify_message", ["self-signed certificate", None])
+def test_a_rejected_tls_certificate_fails_at_once(verify_message):
+    import ssl
+
+    import httpx2
+
+    client = JsonClient("https://api.example.org/v1", label="m", secret=Secret(SECRET), timeout=1, policy=RetryPolicy())
+    exc = httpx2.ConnectError("handshake failed")
+    exc.__cause__ = ssl.SSLCertVerificationError(1, "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed")
+    exc.__cause__.verify_message = verify_message  # what the ssl module sets: the reason alone
+    why = verify_message or "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed"
+    with pytest.raises(ProviderError) as info:
+        client._transport_retry(exc, "m: POST u")
+    assert str(info.value) == f"m: POST u: TLS certificate rejected ({why})"

@@ -173,7 +173,8 @@ class JsonClient:
             return Retry(f"timed out after {self.timeout:g} s")
         bad_cert = next((e for e in chain if isinstance(e, ssl.SSLCertVerificationError)), None)
         if bad_cert is not None:
-            raise ProviderError(f"{where}: TLS certificate rejected ({self._shown(str(bad_cert))})") from None
+            why = getattr(bad_cert, "verify_message", None) or bad_cert.strerror or str(bad_cert)
+            raise ProviderError(f"{where}: TLS certificate rejected ({self._shown(why)})") from None
         if isinstance(exc, httpx2.ConnectError):
             if any(isinstance(e, ConnectionRefusedError) for e in chain):
                 return Retry("connection refused", unreachable=True)

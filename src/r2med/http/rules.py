@@ -19,14 +19,19 @@ from r2med.settings import ENV_OPENAI_API_KEY, get_secret
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
+#: a value shorter than this (``EMPTY``, ``dummy``: what local servers are often given) is no secret to cut out:
+#: replacing it would change answers that happen to contain the word
+MIN_SECRET_LENGTH = 8
+
+
 class Secret:
     """An API key that never shows itself in a repr, a str or a log line.
 
     >>> key = Secret("sk-abc123")
     >>> key, str(key), bool(Secret(""))
     (Secret('***'), "Secret('***')", False)
-    >>> key.redact("bad key sk-abc123 given")
-    'bad key *** given'
+    >>> key.redact("bad key sk-abc123 given"), Secret("EMPTY").redact("EMPTY content")
+    ('bad key *** given', 'EMPTY content')
     """
 
     __slots__ = ("_value",)
@@ -38,7 +43,7 @@ class Secret:
         return self._value
 
     def redact(self, text: str) -> str:
-        return text.replace(self._value, "***") if self._value else text
+        return text.replace(self._value, "***") if len(self._value) >= MIN_SECRET_LENGTH else text
 
     def __bool__(self) -> bool:
         return bool(self._value)
