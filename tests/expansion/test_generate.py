@@ -26,8 +26,6 @@ from r2med.llm import Budget, BudgetExceeded, ChatClient, SamplingParams
 from r2med.settings import get_settings
 from r2med.types import Run
 
-pytest.importorskip("openai", reason="the chat client needs the 'openai' package (r2med[llm], in the test extra)")
-
 TINY = Path(__file__).resolve().parents[1] / "data" / "tiny"
 FAST = {"backoff": 0.001, "max_backoff": 0.01}
 

@@ -18,8 +18,6 @@ from r2med.expansion.generate import ExpansionConfig, generate_expansions
 from r2med.expansion.prompts import build_prompt
 from r2med.llm import ChatClient, SamplingParams
 
-pytest.importorskip("openai")
-
 TINY = Path(__file__).resolve().parents[1] / "data" / "tiny"
 
 

@@ -161,23 +161,23 @@ class ChatServer:
             self._in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self._in_flight)
         try:
-            outcome = self._respond(handler, body, prompt, fault)
+            status, payload, headers, outcome = self._respond(body, prompt, fault)
+            with self._lock:  # recorded before the answer goes out: a client that has it finds it recorded
+                self.requests.append(Recorded(prompt, outcome, body, time.monotonic()))
+            handler._send(status, payload, headers)
         finally:
             with self._lock:
                 self._in_flight -= 1
-        with self._lock:
-            self.requests.append(Recorded(prompt, outcome, body, time.monotonic()))
 
-    def _respond(self, handler: Any, body: dict[str, Any], prompt: str, fault: Any) -> str:
+    def _respond(self, body: dict[str, Any], prompt: str, fault: Any) -> tuple[int, Any, dict[str, str] | None, str]:
+        """``(status, payload, headers, outcome)`` of the answer to send."""
         if self.latency:
             self._stopping.wait(self.latency)
         if isinstance(fault, Status):
             headers = {"Retry-After": fault.retry_after} if fault.retry_after is not None else None
-            handler._send(fault.status, {"error": {"message": fault.message, "type": "scripted"}}, headers)
-            return str(fault.status)
+            return fault.status, {"error": {"message": fault.message, "type": "scripted"}}, headers, str(fault.status)
         if isinstance(fault, Garbage):
-            handler._send(200, b"<html>not json at all")
-            return "garbage"
+            return 200, b"<html>not json at all", None, "garbage"
         if isinstance(fault, Hang):
             self._stopping.wait(fault.seconds)
             outcome = "hang"
@@ -200,8 +200,7 @@ class ChatServer:
             "usage": {"prompt_tokens": usage_tokens(prompt), "completion_tokens": usage_tokens(content),
                       "total_tokens": usage_tokens(prompt) + usage_tokens(content)},
         }
-        handler._send(200, payload)
-        return "nochoices" if isinstance(fault, NoChoices) else outcome
+        return 200, payload, None, "nochoices" if isinstance(fault, NoChoices) else outcome
 
     def start(self) -> ChatServer:
         self._thread.start()

@@ -17,8 +17,6 @@ from chat_server import ChatServer, Empty, Garbage, Hang, NoChoices, Reply, Stat
 from r2med.errors import MissingResourceError, ProviderError, UsageError
 from r2med.llm import Budget, BudgetExceeded, ChatClient, ChatJob, ChatResult, SamplingParams, request_key
 
-pytest.importorskip("openai", reason="the chat client needs the 'openai' package (r2med[llm], in the test extra)")
-
 FAST = {"backoff": 0.001, "max_backoff": 0.01}
 
 
@@ -190,9 +188,19 @@ def test_a_trace_without_content_is_a_result_not_an_error(server):
 
 
 def test_keys_and_urls(monkeypatch):
+    # the one key rule of r2med.http (the embedding encoders' too): a missing key is a missing resource (exit 4)
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    with pytest.raises(UsageError, match="no API key for https://api.example.com/v1"):
+    with pytest.raises(MissingResourceError, match="no API key for https://api.example.com/v1: set the environment "
+                                                   "variable OPENAI_API_KEY") as info:
         ChatClient("m", "https://api.example.com/v1")
+    assert info.value.exit_code == 4
+    with pytest.raises(MissingResourceError, match="set the environment variable MY_LLM_KEY"):
+        ChatClient("m", "https://api.example.com/v1", api_key_env="MY_LLM_KEY")
+    monkeypatch.setenv("MY_LLM_KEY", "sk-mine")
+    assert ChatClient("m", "https://api.example.com/v1", api_key_env="MY_LLM_KEY")._secret.reveal() == "sk-mine"
+    with pytest.raises(UsageError, match="NAME of an environment variable") as info:
+        ChatClient("m", "https://api.example.com/v1", api_key_env="sk-pasted-key-123")
+    assert "sk-pasted-key-123" not in str(info.value)
     assert "sk-" not in repr(ChatClient("m", "https://api.example.com/v1", api_key="sk-123"))
     ChatClient("m", "http://localhost:8000/v1")  # a local server needs no key
     monkeypatch.setenv("OPENAI_API_KEY", "sk-env")

@@ -18,8 +18,6 @@ from chat_server import ChatServer
 from r2med.errors import InvalidInputError
 from r2med.llm import ResponseCache
 
-pytest.importorskip("openai", reason="the chat client needs the 'openai' package")
-
 TINY = Path(__file__).resolve().parents[1] / "data" / "tiny"
 
 

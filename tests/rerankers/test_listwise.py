@@ -16,8 +16,6 @@ from r2med.llm.client import ChatClient
 from r2med.rerankers.listwise import ListwiseReranker
 from r2med.rerankers.prompts import cut_words
 
-pytest.importorskip("openai")
-
 
 def reverse(n: int) -> str:
     return " > ".join(f"[{i}]" for i in range(n, 0, -1))

@@ -42,7 +42,6 @@ def test_pointwise_progress_off_creates_no_bar(monkeypatch):
 
 @pytest.mark.parametrize("progress", [True, False])
 def test_listwise_moves_per_window_and_the_chat_client_shows_no_second_bar(monkeypatch, progress):
-    pytest.importorskip("openai")
     from listwise_server import ListwiseServer
 
     from r2med.llm.client import ChatClient

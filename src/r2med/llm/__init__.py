@@ -2,8 +2,8 @@
 (``requests``), its resumable response cache (``cache``) and the parsers of reasoning models' outputs (``reasoning``).
 
 Importing this package imports nothing but itself: the names below load their module on first use, so that
-``r2med.llm.reasoning`` (pure string parsing) does not pull in the client; the client loads ``openai`` and
-``httpx`` only when it first sends a request.
+``r2med.llm.reasoning`` (pure string parsing) does not pull in the client; the client loads ``httpx2`` (through
+``r2med.http``) only when it first sends a request.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ class SamplingParams:
     seed: int | None = None
 
     def to_request(self) -> dict:
-        """The non-``None`` fields, as keyword arguments of ``chat.completions.create``."""
+        """The non-``None`` fields, as the sampling fields of a chat or text completion request."""
         return {key: value for key, value in asdict(self).items() if value is not None}
 
 

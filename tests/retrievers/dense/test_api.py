@@ -271,11 +271,16 @@ def test_dropped_connection_is_retried(server):
     assert enc.stats["retries"] == 1 and len(server.requests) == 2
 
 
-def test_malformed_json_fails_at_once(server):
+def test_malformed_json_is_retried_then_fails(server):
+    # the one policy of r2med.http (chat's and completions' too): a 2xx answer that is not JSON is retried
     server.enqueue(Malformed())
-    with pytest.raises(ProviderError, match="not JSON") as info:
-        make(server).encode(["a"], kind="query")
-    assert info.value.exit_code == 6 and len(server.requests) == 1
+    enc = make(server)
+    np.testing.assert_allclose(enc.encode(["a"], kind="query"), expected(["a"]), atol=1e-6)
+    assert enc.stats["retries"] == 1 and len(server.requests) == 2
+    server.enqueue(Malformed(), Malformed())
+    with pytest.raises(ProviderError, match="still failing after 2 attempts .* not JSON") as info:
+        make(server, max_retries=1).encode(["a"], kind="query")
+    assert info.value.exit_code == 6 and len(server.requests) == 4
 
 
 @pytest.mark.parametrize(
@@ -288,9 +293,10 @@ def test_malformed_json_fails_at_once(server):
     ],
 )
 def test_answers_that_do_not_fit_are_provider_errors(server, body, problem):
-    server.enqueue(Fail(200, body=body))
-    with pytest.raises(ProviderError, match=problem):
-        make(server).encode(["a", "b"], kind="query")
+    server.enqueue(Fail(200, body=body), Fail(200, body=body))  # retried as a 5xx is: twice, then given up
+    with pytest.raises(ProviderError, match=problem) as info:
+        make(server, max_retries=1).encode(["a", "b"], kind="query")
+    assert "still failing after 2 attempts" in str(info.value) and len(server.requests) == 2
 
 
 def test_a_failing_batch_stops_the_others(server):
@@ -308,7 +314,9 @@ def test_unreachable_server_is_a_missing_resource():
     enc = OpenAIEmbeddings("m", base_url=f"http://127.0.0.1:{port}/v1", backoff_base=0.01)
     with pytest.raises(MissingResourceError, match=f"cannot reach http://127.0.0.1:{port}/v1/embeddings") as info:
         enc.encode(["a"], kind="query")
-    assert info.value.exit_code == 4 and enc.stats["requests"] == 1
+    # refused connections are retried (a server restarting), as chat and completions do: 1 + 6 attempts
+    assert info.value.exit_code == 4 and "connection refused on 7 attempts" in str(info.value)
+    assert enc.stats["requests"] == 7 and enc.stats["retries"] == 6
 
 
 # -- keys and configuration -----------------------------------------------------------------------

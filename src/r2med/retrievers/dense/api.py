@@ -10,7 +10,8 @@ from ``kind``). Both implement ``Encoder``:
 * texts go in batches bounded by count (``batch_size``) and by estimated tokens
   (``max_batch_tokens``), at most ``max_concurrency`` requests at a time; rows come back in input
   order whatever order the batches finish in, and within a batch by the answer's ``index``;
-* 429, 5xx, timeouts and dropped connections are retried with backoff (see ``r2med.http``);
+* 429, 5xx, timeouts, refused and dropped connections and answers that do not fit are retried with
+  backoff, by the client stack chat and completions use too (see ``r2med.http``);
 * vectors are float32 and L2-normalised here, although both providers already return unit
   vectors: a server that does not (some TEI/Infinity setups) must not change cosine scores;
 * the key is read from the environment variable named by ``api_key_env`` (through

@@ -8,28 +8,22 @@ from __future__ import annotations
 
 import base64
 import logging
-import re
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from typing import Any, ClassVar, Literal
-from urllib.parse import urlsplit
 
 import numpy as np
 
-from r2med.errors import (
-    InvalidInputError,
-    MissingResourceError,
-    ProviderError,
-    UsageError,
-)
+from r2med.errors import InvalidInputError, ProviderError, UsageError
 from r2med.http import (
+    BadAnswer,
     Counters,
-    JsonPoster,
+    JsonClient,
     RetryPolicy,
-    Secret,
-    is_local_url,
+    check_base_url,
+    resolve_key,
     safe_url,
     url_host,
 )
@@ -41,14 +35,12 @@ from r2med.retrievers.dense.api_text import (
     token_counter,
 )
 from r2med.retrievers.dense.base import Kind, kind_label, kind_unit
-from r2med.settings import get_secret
 
 logger = logging.getLogger(__name__)
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 VOYAGE_BASE_URL = "https://api.voyageai.com/v1"
 Preprocess = Literal["plain", "r2med"]
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _STATS = ("requests", "retries", "waited_s", "tokens", "texts", "batches", "truncated")
 
 
@@ -90,12 +82,7 @@ class EmbeddingAPI(ABC):
             raise UsageError(f"{self.provider}: preprocess must be 'plain' or 'r2med', got {preprocess!r}")
         if not (timeout > 0 and backoff_base >= 0 and backoff_max >= 0):
             raise UsageError(f"{self.provider}: timeout must be > 0 and backoff_base/backoff_max >= 0")
-        base_url = base_url.strip().rstrip("/")
-        if urlsplit(base_url).scheme not in ("http", "https") or not urlsplit(base_url).hostname:
-            raise UsageError(
-                f"{self.provider}: base_url must be an http(s) URL such as {OPENAI_BASE_URL} or "
-                f"http://localhost:8000/v1, got {safe_url(base_url)!r}"
-            )
+        base_url = check_base_url(base_url, provider=self.provider)
         self.model = model
         self.base_url = base_url
         self.api_key_env = api_key_env
@@ -106,35 +93,16 @@ class EmbeddingAPI(ABC):
         self.max_input_tokens = max_input_tokens
         self.preprocess = preprocess
         self.name = name or f"{self.provider}/{model}"
-        self._secret = self._read_key(api_key_env, base_url)
+        secret = resolve_key(base_url, provider=self.provider, env=api_key_env)
         self._tokens: TokenCounter = token_counter(model, use_tiktoken=self.uses_tiktoken)
         self._counters = Counters(*_STATS)
         self._warned_truncation = False
         self._dim: int | None = dimensions
-        self._poster = JsonPoster(
-            f"{base_url}/embeddings",
-            provider=self.provider,
-            secret=self._secret,
-            timeout=timeout,
+        self._http = JsonClient(
+            base_url, label=self.provider, secret=secret, timeout=timeout,
             policy=RetryPolicy(max_retries=max_retries, base_delay=backoff_base, max_delay=backoff_max),
-            counters=self._counters,
-            key_hint=api_key_env,
-            user_agent="r2med",
+            stats=self._counters, key_hint=api_key_env,
         )
-
-    def _read_key(self, env: str, base_url: str) -> Secret:
-        if not _ENV_NAME.match(env or ""):
-            # Never echo the value: a common mistake is to pass the key itself here.
-            raise UsageError(
-                f"{self.provider}: api_key_env must be the NAME of an environment variable "
-                "(e.g. OPENAI_API_KEY); the value given is not a variable name and is not shown"
-            )
-        secret = Secret(get_secret(env))
-        if not secret and not is_local_url(base_url):
-            raise MissingResourceError(
-                f"{self.provider}: no API key for {url_host(base_url)}; set the environment variable {env}"
-            )
-        return secret
 
     # -- the Encoder protocol ------------------------------------------------------------------
 
@@ -275,8 +243,12 @@ class EmbeddingAPI(ABC):
         return parts  # type: ignore[return-value]
 
     def _embed_batch(self, inputs: list[str], kind: Kind, abort: threading.Event) -> np.ndarray:
-        answer = self._poster.post(self._payload(inputs, kind), abort=abort)
-        vectors = self._vectors(answer, len(inputs))
+        return self._http.post("embeddings", self._payload(inputs, kind), abort=abort,
+                               parse=lambda answer, attempts: self._read_answer(answer, len(inputs)))
+
+    def _read_answer(self, answer: dict[str, Any], n: int) -> np.ndarray:
+        """The ``n`` vectors of one batch's answer (``BadAnswer``, retried, when they do not fit), its tokens counted."""
+        vectors = self._vectors(answer, n)
         usage = answer.get("usage") if isinstance(answer.get("usage"), dict) else {}
         tokens = usage.get("total_tokens") or usage.get("prompt_tokens") or 0
         self._counters.add("tokens", int(tokens) if isinstance(tokens, (int, float)) else 0)
@@ -288,12 +260,12 @@ class EmbeddingAPI(ABC):
         data = answer.get("data")
         if not isinstance(data, list) or len(data) != n:
             got = len(data) if isinstance(data, list) else "no"
-            raise ProviderError(f"{self.name}: the server returned {got} embeddings for {n} inputs")
+            raise BadAnswer(f"the server returned {got} embeddings for {n} inputs")
         rows: list[np.ndarray | None] = [None] * n
         for position, item in enumerate(data):
             index = item.get("index", position) if isinstance(item, dict) else None
             if not isinstance(index, int) or not 0 <= index < n or rows[index] is not None:
-                raise ProviderError(f"{self.name}: the server returned a bad or repeated index {index!r} for {n} inputs")
+                raise BadAnswer(f"the server returned a bad or repeated index {index!r} for {n} inputs")
             embedding = item.get("embedding")
             try:
                 if isinstance(embedding, str):  # encoding_format "base64": little-endian float32
@@ -301,10 +273,10 @@ class EmbeddingAPI(ABC):
                 else:
                     vector = np.asarray(embedding, dtype=np.float32)
             except (TypeError, ValueError) as exc:
-                raise ProviderError(f"{self.name}: embedding {index} is not a list of numbers ({exc})") from None
+                raise BadAnswer(f"embedding {index} is not a list of numbers ({exc})") from None
             if vector.ndim != 1 or vector.size == 0 or not np.all(np.isfinite(vector)):
-                raise ProviderError(f"{self.name}: embedding {index} is empty, nested or not finite")
+                raise BadAnswer(f"embedding {index} is empty, nested or not finite")
             rows[index] = vector
         if len({row.shape for row in rows if row is not None}) != 1:
-            raise ProviderError(f"{self.name}: the server returned embeddings of different widths in one batch")
+            raise BadAnswer("the server returned embeddings of different widths in one batch")
         return np.stack(rows)  # type: ignore[arg-type]

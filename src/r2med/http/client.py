@@ -1,0 +1,248 @@
+"""``JsonClient``: POSTs JSON to the paths of one base URL through ``httpx2``, from threads or from asyncio.
+
+The one client of r2med's embedding, chat and completion requests. Each call runs the attempts of
+``r2med.http.retry`` (one policy, one classification) through ``_attempts``, a generator that says when to send and
+how long to wait: ``post`` drives it with blocking I/O (thread-safe, one connection pool), ``apost`` with asyncio
+(one pool per event loop). Every text a server sent (a body, a transport error) passes through ``_shown``, which
+cuts the key out, before anything reads it. Local servers are reached directly, remote ones through the usual
+proxy variables; ``httpx2`` is imported when the first request is sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import socket
+import ssl
+import threading
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from r2med.errors import ProviderError
+from r2med.http.retry import (
+    BadAnswer,
+    Counters,
+    Retry,
+    RetryPolicy,
+    exhausted,
+    json_object,
+    status_retry,
+)
+from r2med.http.rules import Secret, is_local_url, safe_url
+
+logger = logging.getLogger(__name__)
+
+#: ``(answer, attempts) -> value``: reads a 2xx JSON answer; raises ``BadAnswer`` to have it retried
+Parse = Callable[[dict[str, Any], int], Any]
+#: ``(attempt) -> None``, called before each attempt (from 0); may raise to send nothing (a spent budget)
+Before = Callable[[int], None]
+_SEND = object()
+#: what one attempt gave: ``(status, headers, redacted body)`` or the transport's exception
+Sent = tuple[int, Any, str] | BaseException | None
+
+
+class _Outcome:
+    """What the driver of ``JsonClient._attempts`` hands it (``sent``) and what it hands back (``value``)."""
+
+    __slots__ = ("sent", "value")
+
+    def __init__(self) -> None:
+        self.sent: Any = None
+        self.value: Any = None
+
+
+def _whole(answer: dict[str, Any], attempts: int) -> dict[str, Any]:
+    return answer
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in seen:
+        seen.append(current)
+        current = current.__cause__ or current.__context__
+    return seen
+
+
+class JsonClient:
+    """JSON POSTs to ``base_url`` + a path, with retries; ``label`` starts every message (a provider, a model id).
+
+    ``stats`` receives ``requests``, ``retries`` and ``waited_s`` (seconds slept before retries). ``timeout`` bounds
+    connecting and each read, in seconds. ``key_hint`` names the variable the key came from, for a rejected key.
+    """
+
+    def __init__(self, base_url: str, *, label: str, secret: Secret, timeout: float, policy: RetryPolicy,
+                 stats: Counters | None = None, key_hint: str = "", rng: random.Random | None = None) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.label = label
+        self.timeout = timeout
+        self.policy = policy
+        self.stats = stats or Counters("requests", "retries", "waited_s")
+        self.key_hint = key_hint
+        self._secret = secret
+        self._rng = rng or random.Random()
+        self._lock = threading.Lock()
+        self._sync: Any = None
+        self._async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
+
+    def __repr__(self) -> str:
+        return f"JsonClient({safe_url(self.base_url)!r}, label={self.label!r})"
+
+    # ------------------------------------------------------------------ the two drivers
+    def post(self, path: str, payload: dict[str, Any], *, parse: Parse = _whole, before: Before | None = None,
+             abort: threading.Event | None = None) -> Any:
+        """The parsed answer of ``POST base_url/path``; gives up before an attempt, or in a wait, once ``abort`` is set."""
+        url, data = self._request(path, payload)
+        waiter, outcome = abort or threading.Event(), _Outcome()
+        for step in self._attempts(url, parse, before, outcome):
+            if waiter.is_set():
+                raise ProviderError(f"{self.label}: POST {safe_url(url)} cancelled because another request failed")
+            if step is _SEND:
+                outcome.sent = self._exchange(url, data)
+            else:
+                waiter.wait(step)
+        return outcome.value
+
+    async def apost(self, path: str, payload: dict[str, Any], *, parse: Parse = _whole,
+                    before: Before | None = None) -> Any:
+        """``post`` from asyncio: the same attempts, each awaited (the connections are this event loop's)."""
+        url, data = self._request(path, payload)
+        outcome = _Outcome()
+        for step in self._attempts(url, parse, before, outcome):
+            if step is _SEND:
+                outcome.sent = await self._aexchange(url, data)
+            else:
+                await asyncio.sleep(step)
+        return outcome.value
+
+    def close(self) -> None:
+        """Close the blocking connections (``aclose`` closes the running event loop's)."""
+        with self._lock:
+            client, self._sync = self._sync, None
+        if client is not None:
+            client.close()
+
+    async def aclose(self) -> None:
+        client = self._async.pop(asyncio.get_running_loop(), None)
+        if client is not None:
+            await client.aclose()
+
+    # ------------------------------------------------------------------ the policy, once
+    def _attempts(self, url: str, parse: Parse, before: Before | None, outcome: _Outcome) -> Iterator[Any]:
+        """Yields ``_SEND`` (the driver puts what the attempt gave in ``outcome.sent``) or a delay in seconds; ends
+        with the parsed answer in ``outcome.value``, or raises."""
+        shown = safe_url(url)
+        where = f"{self.label}: POST {shown}"
+        policy = self.policy
+        for attempt in range(policy.max_retries + 1):
+            if before is not None:
+                before(attempt)
+            self.stats.add("requests")
+            yield _SEND
+            sent = outcome.sent
+            if isinstance(sent, BaseException):
+                retry = self._transport_retry(sent, where)
+            elif 200 <= sent[0] < 300:
+                try:
+                    outcome.value = parse(json_object(sent[2]), attempt + 1)
+                    return
+                except BadAnswer as exc:
+                    retry = Retry(str(exc))
+            else:
+                retry = status_retry(sent[0], sent[1], sent[2], where=where, key_hint=self.key_hint)
+            if attempt == policy.max_retries:
+                raise exhausted(retry, label=self.label, url=shown, attempts=attempt + 1)
+            delay = policy.delay(attempt, retry, where=where, rng=self._rng)
+            self.stats.add("retries")
+            self.stats.add("waited_s", delay)
+            logger.info("%s: %s, retry %d/%d in %.2f s%s", where, retry.reason, attempt + 1, policy.max_retries,
+                        delay, " (as the server asked)" if retry.retry_after is not None else "")
+            yield delay
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _transport_retry(self, exc: BaseException, where: str) -> Retry:
+        """The ``Retry`` of a request that got no answer; raises for a rejected TLS certificate."""
+        import httpx2
+
+        chain = _chain(exc)
+        detail = self._shown(f"{type(exc).__name__}: {exc}")
+        if isinstance(exc, (httpx2.TimeoutException, TimeoutError)):
+            return Retry(f"timed out after {self.timeout:g} s")
+        bad_cert = next((e for e in chain if isinstance(e, ssl.SSLCertVerificationError)), None)
+        if bad_cert is not None:
+            why = getattr(bad_cert, "verify_message", None) or bad_cert.strerror or str(bad_cert)
+            raise ProviderError(f"{where}: TLS certificate rejected ({self._shown(why)})") from None
+        if isinstance(exc, httpx2.ConnectError):
+            if any(isinstance(e, ConnectionRefusedError) for e in chain):
+                return Retry("connection refused", unreachable=True)
+            if any(isinstance(e, socket.gaierror) for e in chain):
+                return Retry(f"unknown host ({detail})", unreachable=True)
+            return Retry(f"cannot connect ({detail})", unreachable=True)
+        return Retry(f"connection lost ({detail})")
+
+    def _shown(self, text: str) -> str:
+        """The one place a server's text is cut free of the key, before anything (parser, error, log) reads it."""
+        return self._secret.redact(text)
+
+    # ------------------------------------------------------------------ transport
+    def _request(self, path: str, payload: dict[str, Any]) -> tuple[str, bytes]:
+        return f"{self.base_url}/{path.lstrip('/')}", json.dumps(payload, ensure_ascii=False,
+                                                                 separators=(",", ":")).encode("utf-8")
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Content-Type": "application/json", "Accept": "application/json", "User-Agent": "r2med"}
+        if self._secret:
+            headers["Authorization"] = f"Bearer {self._secret.reveal()}"
+        return headers
+
+    def _options(self) -> dict[str, Any]:
+        import httpx2
+
+        # Local servers are never reached through a proxy; remote ones honour the usual proxy variables.
+        return {"timeout": httpx2.Timeout(self.timeout), "trust_env": not is_local_url(self.base_url),
+                "limits": httpx2.Limits(max_connections=1000, max_keepalive_connections=100),
+                "follow_redirects": False}
+
+    def _sync_client(self) -> Any:
+        with self._lock:
+            if self._sync is None:
+                import httpx2
+
+                self._sync = httpx2.Client(**self._options())
+            return self._sync
+
+    def _async_client(self) -> Any:
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            client = self._async.get(loop)
+            if client is None:
+                import httpx2
+
+                client = self._async[loop] = httpx2.AsyncClient(**self._options())
+            return client
+
+    def _exchange(self, url: str, data: bytes) -> Sent:
+        try:
+            response = self._sync_client().post(url, content=data, headers=self._headers())
+        except _transport_errors() as exc:
+            return exc
+        return self._answered(response)
+
+    async def _aexchange(self, url: str, data: bytes) -> Sent:
+        try:
+            response = await self._async_client().post(url, content=data, headers=self._headers())
+        except _transport_errors() as exc:
+            return exc
+        return self._answered(response)
+
+    def _answered(self, response: Any) -> Sent:
+        return response.status_code, response.headers, self._shown(response.content.decode("utf-8", "replace"))
+
+
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    import httpx2
+
+    return httpx2.TransportError, OSError

@@ -1,0 +1,147 @@
+"""The URL rule and the API-key rule of every HTTP client r2med has, and the one place secrets are cut out.
+
+A base URL is an ``http(s)`` URL with a host (``check_base_url``); an API key is the one given, else the value of
+the environment variable named (``$OPENAI_API_KEY`` unless told otherwise), and a server on this machine or a
+private network may run without one (``resolve_key``). The key lives in a ``Secret``, whose repr hides it and whose
+``redact`` is what cuts it out of every text a server sent before that text reaches an error, a log line or a file.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Any
+from urllib.parse import urlsplit
+
+from r2med.errors import MissingResourceError, UsageError
+from r2med.settings import ENV_OPENAI_API_KEY, get_secret
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+#: a value shorter than this (``EMPTY``, ``dummy``: what local servers are often given) is no secret to cut out:
+#: replacing it would change answers that happen to contain the word
+MIN_SECRET_LENGTH = 8
+
+
+class Secret:
+    """An API key that never shows itself in a repr, a str or a log line.
+
+    >>> key = Secret("sk-abc123")
+    >>> key, str(key), bool(Secret(""))
+    (Secret('***'), "Secret('***')", False)
+    >>> key.redact("bad key sk-abc123 given"), Secret("EMPTY").redact("EMPTY content")
+    ('bad key *** given', 'EMPTY content')
+    """
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str | None) -> None:
+        self._value = value or ""
+
+    def reveal(self) -> str:
+        return self._value
+
+    def redact(self, text: str) -> str:
+        return text.replace(self._value, "***") if len(self._value) >= MIN_SECRET_LENGTH else text
+
+    def __bool__(self) -> bool:
+        return bool(self._value)
+
+    def __repr__(self) -> str:
+        return "Secret('***')" if self._value else "Secret('')"
+
+    __str__ = __repr__
+
+    def __reduce__(self) -> Any:  # never pickle a key into a file or another process
+        raise TypeError("a Secret cannot be pickled")
+
+
+def url_host(url: str) -> str:
+    """``host[:port]`` of ``url``, without any ``user:password@`` part.
+
+    >>> url_host("https://user:pw@api.openai.com/v1")
+    'api.openai.com'
+    >>> url_host("http://127.0.0.1:8000/v1")
+    '127.0.0.1:8000'
+    """
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:  # an IPv6 literal
+        host = f"[{host}]"
+    return f"{host}:{parts.port}" if parts.port else host
+
+
+def safe_url(url: str) -> str:
+    """``url`` without credentials, fit for messages.
+
+    >>> safe_url("http://u:p@localhost:8000/v1/embeddings?x=1")
+    'http://localhost:8000/v1/embeddings'
+    """
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{url_host(url)}{parts.path}"
+
+
+def is_local_url(url: str) -> bool:
+    """Whether ``url`` points at this machine or a private network, where servers often need no key.
+
+    Local means: ``localhost``, a loopback or private IP address, or a single-label host name
+    (``gpu-node-3``), as used for vLLM / TEI / Infinity servers on a cluster.
+
+    >>> [is_local_url(u) for u in ("http://localhost:8000/v1", "http://127.0.0.1/v1", "http://10.1.2.3/v1")]
+    [True, True, True]
+    >>> [is_local_url(u) for u in ("http://gpu-node-3:8000/v1", "https://api.openai.com/v1")]
+    [True, False]
+    """
+    host = (urlsplit(url).hostname or "").lower()
+    if not host:
+        return False
+    if host == "localhost" or host.endswith(".localhost") or "." not in host and ":" not in host:
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return address.is_loopback or address.is_private or address.is_link_local
+
+
+def check_base_url(url: str, *, provider: str) -> str:
+    """``url`` without surrounding blanks and trailing slashes; ``UsageError`` unless it is an http(s) URL with a host.
+
+    >>> check_base_url(" http://localhost:8000/v1/ ", provider="chat")
+    'http://localhost:8000/v1'
+    >>> check_base_url("localhost:8000", provider="chat")
+    Traceback (most recent call last):
+    ...
+    r2med.errors.UsageError: chat: base URL 'localhost:8000' is not an http(s) URL with a host; e.g. https://api.openai.com/v1 or http://localhost:8000/v1
+    """
+    cleaned = (url or "").strip().rstrip("/")
+    parts = urlsplit(cleaned)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        shown = safe_url(cleaned) if parts.hostname else cleaned.rsplit("@", 1)[-1]
+        raise UsageError(f"{provider}: base URL {shown!r} is not an http(s) URL with a host; "
+                         "e.g. https://api.openai.com/v1 or http://localhost:8000/v1")
+    return cleaned
+
+
+def resolve_key(base_url: str, *, provider: str, key: str | None = None, env: str | None = None) -> Secret:
+    """The API key for ``base_url``: ``key`` when given, else the value of the variable ``env`` (``$OPENAI_API_KEY``
+    when ``None``), else none for a local server (``is_local_url``); else ``MissingResourceError`` (exit 4).
+
+    ``env`` must be a variable's NAME: a value that is not one (a key pasted in its place) is a ``UsageError`` that
+    does not show it.
+
+    >>> resolve_key("http://localhost:8000/v1", provider="chat", env="R2MED_NO_SUCH_VARIABLE")
+    Secret('')
+    >>> resolve_key("https://api.example.com/v1", provider="chat", key="sk-1").reveal()
+    'sk-1'
+    """
+    env = ENV_OPENAI_API_KEY if env is None else env
+    if not _ENV_NAME.match(env):
+        raise UsageError(f"{provider}: the API key variable must be the NAME of an environment variable (e.g. "
+                         f"{ENV_OPENAI_API_KEY}); the value given is not a variable name and is not shown")
+    secret = Secret(key or get_secret(env))
+    if not secret and not is_local_url(base_url):
+        raise MissingResourceError(f"{provider}: no API key for {safe_url(base_url)}: set the environment variable "
+                                   f"{env} (or name another variable with --api-key-env)")
+    return secret
