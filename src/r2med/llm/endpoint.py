@@ -80,5 +80,5 @@ class LLMOptions:
 
         if not self.llm_model:
             raise UsageError("no LLM given: pass --llm-model MODEL (and --base-url URL)")
-        return ChatClient(self.llm_model, base_url, api_key=self.api_key(), timeout=self.timeout,
-                          max_retries=self.max_retries, **kwargs)
+        return ChatClient(self.llm_model, base_url, api_key=self.api_key(), api_key_env=self.api_key_env,
+                          timeout=self.timeout, max_retries=self.max_retries, **kwargs)
