@@ -13,7 +13,8 @@ def cmd_fuse(args: argparse.Namespace) -> int:
     from r2med.errors import UsageError
     from r2med.fusion import fuse
     from r2med.io.dirs import dir_problem
-    from r2med.store.runs import read_run, write_trec_run
+    from r2med.store.result_set import read_stored_run
+    from r2med.store.runs import write_trec_run
 
     if args.output.is_dir():
         raise UsageError(f"--output {args.output} is a directory; name the fused run file, "
@@ -21,7 +22,7 @@ def cmd_fuse(args: argparse.Namespace) -> int:
     problem = dir_problem(args.output.parent)
     if problem is not None:
         raise UsageError(f"--output {args.output}: {problem}; name a run file in a writable directory")
-    runs = [read_run(path) for path in args.runs]
+    runs = [read_stored_run(path, system=path.parent.name) for path in args.runs]
     options: dict[str, object] = {"depth": args.top_k}
     if args.method == "rrf":
         options.update(k=args.k, weights=args.weights)

@@ -14,13 +14,13 @@ change while it is read. Each use reads at one strictness:
 
 - reuse (:func:`reusable_scores`, the runner): every file is checked; a set that is unfinished, of another
   configuration or damaged is not reused, but recomputed (with a warning naming the file when something is damaged).
-- input (:func:`stored_input`, :func:`read_stored_run`: fusion and reranking read an earlier stage's set): every
-  file is checked. The later stage cannot remake the set, so a missing one is MissingResourceError (exit 4) and an
-  unfinished or damaged one DamagedFileError (exit 5) naming the file and saying to run that stage again. A run
-  file without a manifest beside it is a user's own, read as it is.
-- show (:func:`read_result_file`, the reports): the file read and the scored members are checked, so that a damaged
-  artifact does not hide the numbers (and is never shown itself). Files without a manifest beside them (the
-  official results/ tree, a user's runs) are read as they are.
+- input (:func:`stored_input`, :func:`read_stored_run`: fusion, reranking, ``r2med fuse`` and ``r2med expand
+  --first-stage`` read an earlier stage's set): every file is checked. The later stage cannot remake the set, so a
+  missing one is MissingResourceError (exit 4) and an unfinished or damaged one DamagedFileError (exit 5) naming the
+  file and saying to run that stage again. A run file without a manifest beside it is a user's own, read as it is.
+- show (:func:`read_result_file`: the reports, ``r2med evaluate --run``): the file read and the scored members are
+  checked, so that a damaged artifact does not hide the numbers (and is never shown itself). Files without a
+  manifest beside them (the official results/ tree, a user's runs) are read as they are.
 """
 
 from __future__ import annotations
@@ -89,7 +89,8 @@ class ResultFiles:
         return manifest_path(self.result)
 
     def artifact(self, name: str) -> Path:
-        """A stage's artifact ``<Dataset>.<name>.jsonl`` (an agent's ``trajectories``, a listwise reranker's ``windows``)."""
+        """A stage's artifact ``<Dataset>.<name>.jsonl`` (an agent's ``trajectories``, a listwise reranker's
+        ``windows``)."""
         return self.result.with_name(f"{self.dataset}.{name}.jsonl")
 
 
@@ -143,9 +144,9 @@ class StoredSet:
         """``parse(path)`` for a file of this set, once it matches its checksum (DamagedFileError otherwise)."""
         path = Path(path)
         if path not in self.digests:
+            names = ", ".join(sorted(p.name for p in self.digests))
             raise DamagedFileError(path, f"is not a file of the result set {self.files.manifest.name} beside it",
-                                   f"use the files that set records ({', '.join(sorted(p.name for p in self.digests))}), "
-                                   f"or move {path.name} elsewhere")
+                                   f"use the files that set records ({names}), or move {path.name} elsewhere")
         try:
             return read_verified(path, parse, expected=self.digests[path])
         except DamagedFileError as exc:

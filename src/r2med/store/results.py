@@ -112,13 +112,15 @@ class SystemPath:
 
         >>> [str(SystemPath.parse(t)) for t in ("base retriever/bm25", "/gar/hyde/gpt4/nv/", "fusion/bm25+minilm",
         ...                                      "reranker/bge/nv/top_10", "agent/search-r1/qwen/bm25")]
-        ['base retriever/bm25', 'gar/hyde/gpt4/nv', 'fusion/bm25+minilm', 'reranker/bge/nv/top_10', 'agent/search-r1/qwen/bm25']
+        ... # doctest: +NORMALIZE_WHITESPACE
+        ['base retriever/bm25', 'gar/hyde/gpt4/nv', 'fusion/bm25+minilm', 'reranker/bge/nv/top_10',
+         'agent/search-r1/qwen/bm25']
 
         With ``tree``, also the official results/ tree's ``reranker/<short>/top_<k>``, read as the published path:
 
         >>> tree = OfficialTree({"mono": "monobert"}, "nv")
-        >>> str(SystemPath.parse("reranker/mono/top_10", tree=tree)), str(SystemPath.parse("reranker/x/top_5", tree=tree))
-        ('reranker/monobert/nv/top_10', 'reranker/x/nv/top_5')
+        >>> [str(SystemPath.parse(t, tree=tree)) for t in ("reranker/mono/top_10", "reranker/x/top_5")]
+        ['reranker/monobert/nv/top_10', 'reranker/x/nv/top_5']
         >>> SystemPath.parse("reranker/bge/nv/top_010")
         Traceback (most recent call last):
         ...
@@ -160,7 +162,8 @@ class SystemPath:
         'gar/hyde/gpt4/nv'
         >>> str(SystemPath.ending(Path("out/base retriever/gar"))), SystemPath.ending(Path("/r/runs/mine"))
         ('base retriever/gar', None)
-        >>> str(SystemPath.ending(Path("/r/results/reranker/mono/top_10"), tree=OfficialTree({"mono": "monobert"}, "nv")))
+        >>> tree = OfficialTree({"mono": "monobert"}, "nv")
+        >>> str(SystemPath.ending(Path("/r/results/reranker/mono/top_10"), tree=tree))
         'reranker/monobert/nv/top_10'
         """
         parts = Path(folder).parts
