@@ -332,7 +332,7 @@ def test_an_unknown_host_is_retried_then_a_missing_resource(monkeypatch):
     monkeypatch.setattr(socket, "getaddrinfo", no_such_host)
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
         monkeypatch.delenv(name, raising=False)
-    for kind, (send, _) in KINDS.items():
+    for send, _ in KINDS.values():
         with pytest.raises(MissingResourceError, match=r"cannot reach https://api\.example\.org/v1/.* unknown host "
                                                        r"\(ConnectError: .*Name or service not known\) on 3 attempts"):
             send("https://api.example.org/v1")

@@ -9,9 +9,8 @@ The configuration hash is also what lets a pipeline resume: a stored result whos
 same ``config_sha256`` was made by the same configuration on the same data, so it is reused.
 
 A manifest is the commit record of its result set: it is written last and records the sha256 and size of every
-file of the set (``"files"``: the run, the per-query values, the result JSON, the stage's artifacts).
-``verify_result_set`` checks them all; a set that does not match is not reused, fused or reranked. Reports read
-a file of a set with ``read_result_file``: that file and the set's scores must match.
+file of the set (``"files"``: the run, the per-query values, the result JSON, the stage's artifacts). Which files
+make a set, and how a stored one is verified and read: :mod:`r2med.store.result_set`.
 
 >>> config_sha256({"b": 1, "a": [1, 2]}) == config_sha256({"a": [1, 2], "b": 1})
 True
@@ -28,17 +27,13 @@ import platform
 import re
 import sys
 import time
-from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from r2med.errors import DamagedFileError
 from r2med.io.atomic import write_text_atomic
 from r2med.io.digest import Digest
-from r2med.io.verified import read_verified, verify_file
-
-T = TypeVar("T")
 
 MANIFEST_SUFFIX = ".manifest.json"
 #: packages whose versions can change numbers (reported when installed)
@@ -193,93 +188,3 @@ def load_manifest(result_json: Path) -> dict[str, Any] | None:
         raise DamagedFileError(path, "does not match: its config_sha256 is not the hash of its config (edited or damaged)")
     return manifest
 
-
-def result_set_files(result_json: Path, manifest: dict[str, Any]) -> dict[Path, Digest]:
-    """``path -> Digest`` of every file the manifest of ``result_json`` records (DamagedFileError if it records none)."""
-    path = manifest_path(result_json)
-    raw = manifest.get("files")
-    if raw is None:
-        raise DamagedFileError(path, "has no checksums of its files (an older r2med wrote it), so they cannot be verified")
-    if not isinstance(raw, dict) or not raw:
-        raise DamagedFileError(path, "'files' is not a non-empty object of checksums")
-    files = {}
-    for name, entry in raw.items():
-        if not isinstance(name, str) or not name or "/" in name or "\\" in name or name.startswith("."):
-            raise DamagedFileError(path, f"'files' names {name!r}, not a file of this directory")
-        try:
-            files[path.with_name(name)] = Digest.from_json(entry)
-        except ValueError as exc:
-            raise DamagedFileError(path, f"does not match: the checksum of {name} is malformed ({exc})") from exc
-    return files
-
-
-def verify_result_set(result_json: Path, manifest: dict[str, Any]) -> dict[Path, Digest]:
-    """Check every file of a result set against its manifest; returns their digests (DamagedFileError otherwise).
-
-    The error names the file and the manifest, e.g. ``.../Biology.run: does not match the checksum r2med
-    recorded: ... (Biology.manifest.json)``.
-    """
-    files = result_set_files(result_json, manifest)
-    for member, digest in files.items():
-        try:
-            verify_file(member, digest)
-        except DamagedFileError as exc:
-            raise DamagedFileError(member, f"{exc.reason} ({manifest_path(result_json).name})") from None
-    return files
-
-
-def set_of(path: Path) -> Path | None:
-    """The result JSON of the set whose manifest is beside ``path`` (a run, per-query or result file), else None.
-
-    >>> import tempfile
-    >>> folder = Path(tempfile.mkdtemp())
-    >>> _ = (folder / "Biology.manifest.json").write_text("{}")
-    >>> set_of(folder / "Biology.per_query.jsonl") == folder / "Biology.json", set_of(folder / "Other.run")
-    (True, None)
-    """
-    path = Path(path)
-    parts = path.name.split(".")
-    for cut in range(len(parts) - 1, 0, -1):
-        result_json = path.with_name(".".join(parts[:cut]) + ".json")
-        if manifest_path(result_json).is_file():
-            return result_json
-    return None
-
-
-def scored_members(result_json: Path) -> tuple[Path, Path, Path]:
-    """The files of a result set its numbers are: the result JSON, the run and the per-query values (the other
-    members are the stage's artifacts, e.g. an agent's ``<Dataset>.trajectories.jsonl``).
-
-    >>> [p.name for p in scored_members(Path("out/Biology.json"))]
-    ['Biology.json', 'Biology.run', 'Biology.per_query.jsonl']
-    """
-    result_json = Path(result_json)
-    stem = result_json.name[: -len(".json")]
-    return result_json, result_json.with_name(f"{stem}.run"), result_json.with_name(f"{stem}.per_query.jsonl")
-
-
-def read_result_file(path: Path, parse: Callable[[Path], T]) -> T:
-    """``parse(path)`` for a file of a stored result: verified against its set's manifest when one is beside it,
-    read as it is otherwise (official result files, a user's runs).
-
-    Verified means: ``path`` and the set's scored members (``scored_members``) match the checksums the manifest
-    records (DamagedFileError naming the file otherwise). An artifact of the set (trajectories, window logs) is
-    checked when it is the file read: a damaged artifact does not hide the numbers, and is never shown itself.
-    Reuse, fusion and reranking still take a set only whole (``verify_result_set``)."""
-    result_json = set_of(path)
-    if result_json is None:
-        return parse(path)
-    manifest = load_manifest(result_json)
-    if manifest is None:  # removed in the meantime
-        return parse(path)
-    path = Path(path)
-    files = result_set_files(result_json, manifest)
-    if path not in files:
-        raise DamagedFileError(path, f"is not a file of the result set {manifest_path(result_json).name} beside it")
-    for member in dict.fromkeys((*scored_members(result_json), path)):
-        if member in files:
-            try:
-                verify_file(member, files[member])
-            except DamagedFileError as exc:
-                raise DamagedFileError(member, f"{exc.reason} ({manifest_path(result_json).name})") from None
-    return read_verified(path, parse, expected=files[path])

@@ -6,8 +6,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import pytest
-
 from progress_helpers import forbid_bars, record_bars
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "llm"))

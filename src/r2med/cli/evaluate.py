@@ -17,10 +17,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from r2med.evaluation import evaluate
     from r2med.evaluation.files import load_qrels
     from r2med.reporting.tables import markdown_table
+    from r2med.store.result_set import read_result_file
     from r2med.store.runs import read_run
 
     qrels = load_qrels(args.qrels)
-    run = read_run(args.run)
+    run = read_result_file(args.run, read_run)
     scores = evaluate(
         qrels, run, metrics=args.metrics, cutoffs=args.cutoffs,
         judged_all=args.judged_all, ignore_identical_ids=args.ignore_identical_ids,

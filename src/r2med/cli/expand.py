@@ -79,7 +79,7 @@ def register(subparsers: argparse._SubParsersAction, common_parent: argparse.Arg
 def load_first_stage(path: Path, dataset: str):
     """The first-stage run for ``dataset``: ``path`` itself (a run file) or ``<path>/<dataset>.run``; a run of a
     stored result set is read only when the set matches its manifest."""
-    from r2med.stages.stored import read_stored_run
+    from r2med.store.result_set import read_stored_run
 
     path = Path(path)
     if path.is_file():

@@ -22,7 +22,8 @@ def cmd_fuse(args: argparse.Namespace) -> int:
     from r2med.errors import UsageError
     from r2med.fusion import fuse
     from r2med.io.dirs import dir_problem
-    from r2med.store.runs import read_run, write_trec_run
+    from r2med.store.result_set import read_stored_run
+    from r2med.store.runs import write_trec_run
 
     if args.output.is_dir():
         raise UsageError(f"--output {args.output} is a directory; name the fused run file, "
@@ -40,7 +41,7 @@ def cmd_fuse(args: argparse.Namespace) -> int:
     if other:
         raise UsageError(f"--{other[0].replace('_', '-')} is not an option of --method {args.method} (its options: "
                          f"{', '.join('--' + name for name in sorted(own))})")
-    runs = [read_run(path) for path in args.runs]
+    runs = [read_stored_run(path, system=path.parent.name) for path in args.runs]
     fused = fuse(runs, args.method, depth=args.top_k, **values)
     write_trec_run(fused, args.output, tag=args.method)
     if not args.quiet:

@@ -27,6 +27,7 @@ from r2med.reporting.compare import read_per_query
 from r2med.reporting.leaderboard import Row, SystemResults, exact_mean, shown_datasets
 from r2med.reporting.official import normalise_metric
 from r2med.settings import Settings, get_settings
+from r2med.store.result_set import ResultFiles
 
 logger = logging.getLogger(__name__)
 
@@ -128,7 +129,7 @@ def _per_query(system: SystemResults, dataset: str, metric: str) -> dict[str, fl
     result = system.files.get(dataset)
     if result is None:
         return None
-    path = result.with_name(f"{result.stem}.per_query.jsonl")
+    path = ResultFiles.of_result(result).per_query
     return read_per_query(path, metric) if path.is_file() else None
 
 

@@ -25,16 +25,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from r2med.errors import InvalidInputError, MissingResourceError
-from r2med.manifest import MANIFEST_SUFFIX, read_result_file
+from r2med.manifest import MANIFEST_SUFFIX
 from r2med.reporting.columns import choose_datasets, dataset_of
 from r2med.reporting.official import PublishedSystem, is_published, normalise_metric, normalise_metrics, published
 from r2med.reporting.paths import system_path
 from r2med.reporting.stats import PairedTest, holm, paired_test
+from r2med.store.result_set import PER_QUERY_SUFFIX, RESULT_SUFFIX, read_result_file
 
 logger = logging.getLogger(__name__)
 
 PAPER_PREFIX = "paper:"
-PER_QUERY_SUFFIX = ".per_query.jsonl"
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ class SystemSource:
         """The datasets this side has results on (aggregate or per-query)."""
         if self.paper is not None:
             return list(self.paper.scores)
-        return list(dict.fromkeys([*self._files(".json"), *self._files(PER_QUERY_SUFFIX)]))
+        return list(dict.fromkeys([*self._files(RESULT_SUFFIX), *self._files(PER_QUERY_SUFFIX)]))
 
     def per_query(self, dataset: str, metric: str) -> dict[str, float] | None:
         """Query id -> value, or ``None`` when only aggregates exist."""
@@ -72,7 +72,7 @@ class SystemSource:
         key = normalise_metric(metric)
         if self.paper is not None:
             return self.paper.values(key).get(dataset)
-        path = self._files(".json").get(dataset)
+        path = self._files(RESULT_SUFFIX).get(dataset)
         if path is None:
             return None
         record = read_result_file(path, lambda p: json.loads(p.read_text(encoding="utf-8")))

@@ -31,12 +31,13 @@ from pathlib import Path
 
 from r2med.datasets.catalog import dataset_names
 from r2med.errors import DamagedFileError, InvalidInputError, MissingResourceError, UsageError
-from r2med.manifest import MANIFEST_SUFFIX, read_result_file
+from r2med.manifest import MANIFEST_SUFFIX
 from r2med.reporting.columns import Breakdown, average_label, choose_datasets, dataset_of
 from r2med.reporting.official import display_name, normalise_metric, normalise_metrics, published_systems
 from r2med.reporting.paths import system_path
 from r2med.reporting.render import render_template
 from r2med.reporting.tables import csv_text, markdown_table, md_label, md_text, pct
+from r2med.store.result_set import read_result_file
 from r2med.types import exact_mean
 
 logger = logging.getLogger(__name__)

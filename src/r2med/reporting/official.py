@@ -27,6 +27,7 @@ from importlib import resources
 from types import MappingProxyType
 
 from r2med.registry import Registry
+from r2med.store.results import BASE, OfficialTree, SystemPath
 
 _FAMILY = {"ndcg": "ndcg_at", "map": "map_at", "p": "precision_at", "precision": "precision_at", "recall": "recall_at"}
 _AT_RE = re.compile(r"^(ndcg|map|p|precision|recall)@(\d+)$")
@@ -80,15 +81,18 @@ def display_name(path: str, labels: Mapping[str, Mapping[str, str]] | None = Non
     """
     labels = _data()["labels"] if labels is None else labels
     retrievers, methods, rerankers = labels.get("retriever", {}), labels.get("method", {}), labels.get("reranker", {})
-    parts = path.split("/")
-    if len(parts) == 2 and parts[0] == "base retriever":
-        return _label(retrievers, parts[1])
-    if len(parts) == 4 and parts[0] == "gar":
-        return f"{_label(methods, parts[1])} ({parts[2]}) + {_label(retrievers, parts[3])}"
-    if len(parts) == 4 and parts[0] == "reranker" and parts[3].startswith("top_"):
-        return f"{_label(rerankers, parts[1])} top-{parts[3][4:]} on {_label(retrievers, parts[2])}"
-    if len(parts) == 4 and parts[0] == "agent":
-        return f"{_label(methods, parts[1])} ({parts[2]}) agent ranking, searching {_label(retrievers, parts[3])}"
+    where = SystemPath.maybe(path)
+    if where is None:
+        return path
+    system = _label(retrievers, where.system)
+    if where.kind == BASE:
+        return system
+    if where.kind == "gar":
+        return f"{_label(methods, str(where.method))} ({where.llm}) + {system}"
+    if where.kind == "reranker":
+        return f"{_label(rerankers, str(where.reranker))} top-{where.top_k} on {system}"
+    if where.kind == "agent":
+        return f"{_label(methods, str(where.method))} ({where.llm}) agent ranking, searching {system}"
     return path
 
 
@@ -113,20 +117,16 @@ def _data() -> dict:
     return json.loads(text)
 
 
-def official_tree_path(parts: tuple[str, ...]) -> str:
-    """The published path of a system directory of the official repository's results/ tree.
+@lru_cache(maxsize=1)
+def official_tree() -> OfficialTree:
+    """How the official repository's results/ tree spells rerankers (``reranker/<short>/top_<k>``, no retriever
+    level: they reranked NV-Embed-v2), for :meth:`SystemPath.parse`; every other path is already the published one.
 
-    The official tree stores rerankers as ``reranker/<short>/top_<k>`` (no retriever level: they
-    reranked NV-Embed-v2); every other path is already in the published form.
-
-    >>> official_tree_path(("reranker", "mono", "top_10")), official_tree_path(("gar", "hyde", "gpt4", "nv"))
-    ('reranker/monobert/nv/top_10', 'gar/hyde/gpt4/nv')
+    >>> str(SystemPath.parse("reranker/mono/top_10", tree=official_tree()))
+    'reranker/monobert/nv/top_10'
     """
     tree = _data()["official_tree"]
-    if len(parts) == 3 and parts[0] == "reranker" and parts[2].startswith("top_"):
-        name = tree["reranker_names"].get(parts[1], parts[1])
-        return "/".join(("reranker", name, tree["reranker_retriever"], parts[2]))
-    return "/".join(parts)
+    return OfficialTree(MappingProxyType(dict(tree["reranker_names"])), tree["reranker_retriever"])
 
 
 @lru_cache(maxsize=1)
@@ -138,11 +138,11 @@ def _registry() -> Registry[PublishedSystem]:
         systems[path] = PublishedSystem(path, display_name(path, data["labels"]), MappingProxyType(scores),
                                         data.get("notes", {}).get(path))
     aliases = {}
-    for short in data["official_tree"]["reranker_names"]:
+    for short in official_tree().reranker_names:
         for k in ("10", "100"):
             alias = f"reranker/{short}/top_{k}"
-            if official_tree_path(tuple(alias.split("/"))) in systems:
-                aliases[alias] = official_tree_path(tuple(alias.split("/")))
+            if (path := str(SystemPath.parse(alias, tree=official_tree()))) in systems:
+                aliases[alias] = path
     return Registry("published system", systems, aliases)
 
 

@@ -1,20 +1,19 @@
 """System paths: the name a result folder gives its system (``gar/hyde/gpt4/nv``), as the leaderboard
-and the comparisons read it.
+and the comparisons read it (the grammar is :class:`r2med.store.results.SystemPath`'s).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from r2med.reporting.official import official_tree_path
-
-#: The first folder of each kind of system path and the number of folders such a path has.
-_SHAPES = {"base retriever": (2,), "gar": (4,), "reranker": (3, 4), "fusion": (2,), "agent": (4,)}
+from r2med.reporting.official import official_tree
+from r2med.store.results import SystemPath
 
 
 def system_path(folder: Path, root: Path) -> str:
-    """The system path of a result folder: from its deepest ``base retriever``/``gar``/``reranker``/``fusion``
-    level that has the right depth, else its path below ``root`` (``root``'s name when equal).
+    """The system path of a result folder: the system path its path ends with (:meth:`SystemPath.ending`, the
+    official results/ tree's spelling read as the published one), else its path below ``root`` (``root``'s name
+    when equal).
 
     >>> system_path(Path("/r/results/gar/hyde/gpt4/nv"), Path("/r/results"))
     'gar/hyde/gpt4/nv'
@@ -25,9 +24,8 @@ def system_path(folder: Path, root: Path) -> str:
     >>> system_path(Path("/r/runs/mine"), Path("/r/runs")), system_path(Path("/r/runs"), Path("/r/runs"))
     ('mine', 'runs')
     """
-    parts = Path(folder).absolute().parts
-    for start in range(len(parts) - 1, -1, -1):
-        if len(parts) - start in _SHAPES.get(parts[start], ()):
-            return official_tree_path(parts[start:])
+    where = SystemPath.ending(Path(folder).absolute(), tree=official_tree())
+    if where is not None:
+        return str(where)
     relative = Path(folder).absolute().relative_to(Path(root).absolute())
     return relative.as_posix() if relative.parts else Path(root).absolute().name

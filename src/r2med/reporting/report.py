@@ -33,6 +33,8 @@ from r2med.reporting.plots import leaderboard_svg, win_loss_svg
 from r2med.reporting.render import render_template
 from r2med.reporting.tables import pct
 from r2med.settings import Settings, get_settings
+from r2med.store.result_set import PER_QUERY_SUFFIX, RUN_SUFFIX, ResultFiles, read_result_file
+from r2med.store.results import SystemPath
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +60,7 @@ class ReportOptions:
 
 
 def _has_per_query(s: SystemResults) -> bool:
-    return s.directory is not None and any(s.directory.glob("*.per_query.jsonl"))
+    return s.directory is not None and any(s.directory.glob(f"*{PER_QUERY_SUFFIX}"))
 
 
 def _pick(systems: dict[str, SystemResults], rows: Sequence[Row], wanted: str | None, skip: str | None) -> str | None:
@@ -108,14 +110,15 @@ def _expansion_source(system: str, folder: Path | None, dataset: str,
     """A GAR system's expansions (query id -> ``hy_doc``) from the dataset directory's official layout, else from
     where r2med writes generated ones (``$R2MED_HOME/expansions/<Dataset>/<method>/<llm>/``: ``r2med expand``,
     ``r2med agent``); the search order of ``r2med run --expansion``."""
-    parts = system.split("/")
-    if parts[0] == "agent":
+    where = SystemPath.maybe(system)
+    if where is not None and where.kind == "agent":
         return None, ("the agent's own ranking: every document its searches returned, fused over its searches (RRF); "
                       "its trajectory is below")
-    if parts[0] != "gar" or len(parts) != 4:
+    if where is None or where.kind != "gar":
         return None, "no expansion: the query was used as it is"
-    places = [folder / parts[1] / parts[2] / EXPANSION_FILE] if folder is not None else []
-    places.append(settings.home / "expansions" / dataset / parts[1] / parts[2] / EXPANSION_FILE)
+    method, llm = str(where.method), str(where.llm)
+    places = [folder / method / llm / EXPANSION_FILE] if folder is not None else []
+    places.append(settings.home / "expansions" / dataset / method / llm / EXPANSION_FILE)
     for path in places:
         if path.is_file():
             return read_expansions(path), ""
@@ -141,11 +144,10 @@ def read_trajectories(path: Path) -> dict[str, dict]:
 
 def _trajectory_source(system: str, run_file: Path) -> tuple[dict[str, dict] | None, str]:
     """An agent system's trajectories (query id -> row) and, when they cannot be shown, why (else "")."""
-    from r2med.manifest import read_result_file
-
-    if system.split("/")[0] != "agent":
+    where = SystemPath.maybe(system)
+    if where is None or where.kind != "agent":
         return None, ""
-    path = run_file.with_name(f"{run_file.stem}.trajectories.jsonl")
+    path = ResultFiles.of(run_file.parent, run_file.stem).artifact("trajectories")
     try:
         return read_result_file(path, read_trajectories), ""
     except FileNotFoundError:
@@ -228,7 +230,6 @@ def _trajectory_view(row: dict, judged: dict[str, int], has_judgements: bool) ->
 def _drill_dataset(dataset: str, picks: list[tuple[str, SystemResults]], options: ReportOptions,
                    settings: Settings, diffs: dict[str, float]) -> dict:
     from r2med.datasets.local import load_dir
-    from r2med.manifest import read_result_file
     from r2med.store.runs import read_run
 
     notes: list[str] = []
@@ -241,7 +242,7 @@ def _drill_dataset(dataset: str, picks: list[tuple[str, SystemResults]], options
         notes.append(note)
     runs, values, expansions, trajectories = {}, {}, {}, {}
     for label, s in picks:
-        run_files = [p for p in sorted(s.directory.glob("*.run")) if p.stem.lower() in _names_of(dataset)]
+        run_files = [p for p in sorted(s.directory.glob(f"*{RUN_SUFFIX}")) if p.stem.lower() in _names_of(dataset)]
         if not run_files:
             notes.append(f"{label}: no run file for {dataset} in {s.directory}")
             continue

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from r2med.datasets.model import Dataset
-from r2med.io.digest import Digest
+from r2med.store.result_set import StoredSet, stored_input
 from r2med.store.results import SystemPath, result_files
 from r2med.types import Run
 
@@ -31,35 +31,19 @@ class Fuse:
         self.ignore_identical_ids = any(flag for _, flag in self.inputs)
 
     def config(self, dataset: Dataset) -> dict[str, Any]:
-        hashes = []
-        for system, _ in self.inputs:
-            manifest, _ = self._input(system, dataset)
-            hashes.append({"system": str(system), "config_sha256": manifest.get("config_sha256")})
+        hashes = [{"system": str(system), "config_sha256": self._input(system, dataset).manifest.get("config_sha256")}
+                  for system, _ in self.inputs]
         return {"fusion": {"method": self.method, **self.options}, "inputs": hashes, "top_k": self.top_k}
 
     def run(self, dataset: Dataset) -> Run:
         from r2med.fusion import fuse
-        from r2med.io.verified import read_verified
-        from r2med.store.runs import read_run
 
-        runs = []
-        for system, _ in self.inputs:
-            _, files = self._input(system, dataset)
-            path = result_files(self.output, system, dataset.name).run
-            runs.append(read_verified(path, read_run, expected=files[path]))
+        runs = [self._input(system, dataset).read_run() for system, _ in self.inputs]
         return fuse(runs, self.method, depth=self.top_k, **self.options)
 
-    def _input(self, system: SystemPath, dataset: Dataset) -> tuple[dict[str, Any], dict[Path, Digest]]:
-        """An input's manifest and verified files: an unfinished or damaged input is an error saying to rerun it."""
-        from r2med.errors import DamagedFileError
-        from r2med.stages.stored import stored_input
-
-        where = result_files(self.output, system, dataset.name)
-        manifest, files = stored_input(where.result, system=str(system), dataset=dataset.name)
-        if where.run not in files:
-            raise DamagedFileError(where.run, f"is not recorded in {where.result.stem}.manifest.json",
-                                   f"run the stage that made {system} again")
-        return manifest, files
+    def _input(self, system: SystemPath, dataset: Dataset) -> StoredSet:
+        """An input's verified result set: an unfinished or damaged input is an error saying to rerun it."""
+        return stored_input(result_files(self.output, system, dataset.name), system=str(system))
 
     def details(self, dataset: Dataset) -> dict[str, Any]:
         return {}

@@ -96,7 +96,7 @@ class FirstStage:
         its manifest; a damaged or unfinished set is an error that says to rerun the first stage. A run file
         without a manifest is the user's own, read as it is.
         """
-        from r2med.stages.stored import read_stored_run
+        from r2med.store.result_set import read_stored_run
 
         return read_stored_run(self.path_for(dataset), system=self.system)
 

@@ -13,16 +13,10 @@ from r2med.errors import DamagedFileError, IncompleteResultError
 from r2med.evaluation import evaluate
 from r2med.io.atomic import recorded_writes, remove_file, write_jsonl_atomic
 from r2med.io.lock import DirectoryLock
-from r2med.manifest import (
-    build_manifest,
-    load_manifest,
-    manifest_path,
-    result_set_files,
-    write_manifest,
-)
+from r2med.manifest import build_manifest, load_manifest, write_manifest
 from r2med.stages.base import DatasetResult, Stage
-from r2med.stages.stored import reusable_scores
-from r2med.store.results import ResultFiles, result_files, write_result
+from r2med.store.result_set import ResultFiles, recorded_files, reusable_scores
+from r2med.store.results import result_files, write_result
 
 logger = logging.getLogger(__name__)
 
@@ -110,10 +104,9 @@ def _compute(stage: Stage, dataset: Dataset, config: dict[str, Any], output: Pat
     scores = evaluate(dataset.qrels, run, ignore_identical_ids=stage.ignore_identical_ids,
                       judged_all=getattr(stage, "judged_all", False))
     seconds = time.perf_counter() - start
-    folder = stage.where.directory(output)
     planned = result_files(output, stage.where, dataset.name)
-    artifact_paths = {suffix: folder / f"{dataset.name}.{suffix}.jsonl" for suffix in artifacts}
-    _retire(planned, {planned.run, planned.per_query, planned.result, *artifact_paths.values()})
+    artifact_paths = {suffix: planned.artifact(suffix) for suffix in artifacts}
+    _retire(planned, {*planned.scored, *artifact_paths.values()})
     with recorded_writes() as written:
         for suffix, rows in artifacts.items():
             write_jsonl_atomic(artifact_paths[suffix], rows)
@@ -136,9 +129,9 @@ def _retire(files: ResultFiles, keep: set[Path]) -> None:
     """
     try:
         manifest = load_manifest(files.result)
-        old = set(result_set_files(files.result, manifest)) if manifest is not None else set()
+        old = set(recorded_files(files, manifest)) if manifest is not None else set()
     except DamagedFileError:
         old = set()
-    for stale in sorted(old - keep - {manifest_path(files.result)}):
+    for stale in sorted(old - keep - {files.manifest}):
         remove_file(stale)
-    remove_file(manifest_path(files.result))
+    remove_file(files.manifest)
