@@ -33,11 +33,10 @@ from r2med.reporting.plots import leaderboard_svg, win_loss_svg
 from r2med.reporting.render import render_template
 from r2med.reporting.tables import pct
 from r2med.settings import Settings, get_settings
+from r2med.store.expansions import EXPANSION_FILE, expansion_dir
 
 logger = logging.getLogger(__name__)
 
-#: the official expansion file's name (``<dataset dir>/<method>/<llm>/query_with_hydoc.jsonl``)
-EXPANSION_FILE = "query_with_hydoc.jsonl"
 
 @dataclass(frozen=True)
 class ReportOptions:
@@ -115,7 +114,7 @@ def _expansion_source(system: str, folder: Path | None, dataset: str,
     if parts[0] != "gar" or len(parts) != 4:
         return None, "no expansion: the query was used as it is"
     places = [folder / parts[1] / parts[2] / EXPANSION_FILE] if folder is not None else []
-    places.append(settings.home / "expansions" / dataset / parts[1] / parts[2] / EXPANSION_FILE)
+    places.append(expansion_dir(settings, dataset, parts[1], parts[2]) / EXPANSION_FILE)
     for path in places:
         if path.is_file():
             return read_expansions(path), ""
