@@ -76,6 +76,10 @@ def stored_product(anchor: Path, config: dict[str, Any], *, dataset: str) -> dic
     try:
         manifest = load_manifest(anchor)
         if manifest is None:
+            found = sorted(p.name for p in anchor.parent.glob(f"{anchor.stem}.*"))
+            if found:
+                logger.warning("%s: %s in %s has no manifest (written by an older r2med, or by a run that did not "
+                               "finish); making it again", dataset, ", ".join(found), anchor.parent)
             return None
         if manifest["config_sha256"] != config_sha256(config):
             logger.info("%s: %s was made by another configuration; making it again", dataset, manifest_path(anchor))
