@@ -8,15 +8,14 @@ import hashlib
 import json
 import shutil
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "llm"))
-from chat_server import ChatServer, Status
+from chat_server import Status
+from test_generate import TINY, server, tiny  # noqa: F401 - the scripted chat server and tiny as Biology (fixtures)
 
-from r2med.datasets import load_dir
 from r2med.expansion.generate import ExpansionConfig, plan_expansions
 from r2med.expansion.prompts import build_prompt, prompt_sha256
 from r2med.llm import ChatClient, SamplingParams, request_key
@@ -25,19 +24,7 @@ from r2med.types import Run
 
 pytest.importorskip("openai", reason="the chat client needs the 'openai' package (r2med[llm], in the test extra)")
 
-TINY = Path(__file__).resolve().parents[1] / "data" / "tiny"
 SAMPLING = SamplingParams(temperature=0.7, max_tokens=48, seed=42)
-
-
-@pytest.fixture
-def server():
-    with ChatServer() as running:
-        yield running
-
-
-@pytest.fixture
-def tiny():
-    return load_dir(TINY, "Biology")
 
 
 def config(server, method="hyde", **kwargs) -> ExpansionConfig:
@@ -181,6 +168,13 @@ def test_cli_several_datasets_one_manifest_each_and_a_failure_exits_6(cli, serve
 
 
 def test_the_default_folder_cleans_a_model_id_once(tiny, isolated_home):
-    stage = Expand(replace(ExpansionConfig("query2doc", "org/Model X", "http://127.0.0.1:9/v1", SAMPLING)))
+    stage = Expand(ExpansionConfig("query2doc", "org/Model X", "http://127.0.0.1:9/v1", SAMPLING))
     assert stage.name == "expand/query2doc/org_Model_X"
     assert stage.folder(tiny) == isolated_home / "expansions" / "Biology" / "query2doc" / "org_Model_X"
+
+
+def test_cli_an_unset_api_key_variable_is_a_usage_error(cli, data, monkeypatch):
+    monkeypatch.delenv("R2MED_TEST_NO_SUCH_KEY", raising=False)
+    result = cli(*BASE, "--base-url", "http://127.0.0.1:9/v1", "--data-dir", data, "--api-key-env", "R2MED_TEST_NO_SUCH_KEY")
+    assert (result.code, result.err) == (2, "r2med: error: --api-key-env R2MED_TEST_NO_SUCH_KEY: that environment "
+                                            "variable is not set\n")

@@ -12,7 +12,7 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from r2med.cli.args import csv_list as _csv
@@ -21,6 +21,9 @@ from r2med.errors import MissingResourceError, UsageError
 from r2med.expansion.methods import gar_method, method_names
 from r2med.expansion.prompts import METHODS
 from r2med.llm.reasoning import POLICIES, STYLES
+
+if TYPE_CHECKING:
+    from r2med.expansion.generate import ExpansionConfig
 
 
 def sampling_kind(base_url: str) -> str:
@@ -114,7 +117,7 @@ class ExpandCommand:
     """What one ``r2med expand`` does, from its parsed options: the expansion configuration, the chat client's
     settings, the datasets, where the files go and how the result is shown."""
 
-    config: Any  # ExpansionConfig
+    config: ExpansionConfig
     client: dict[str, Any]
     sampling_note: str
     tasks: list[str] | None
