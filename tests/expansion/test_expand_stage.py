@@ -167,8 +167,8 @@ def test_cli_several_datasets_one_manifest_each_and_a_failure_exits_6(cli, serve
     assert again.code == 0 and (reports["Biology"]["requested"], reports["Other"]["reused"]) == (1, True)
 
 
-def test_the_default_folder_cleans_a_model_id_once(tiny, isolated_home):
-    stage = Expand(ExpansionConfig("query2doc", "org/Model X", "http://127.0.0.1:9/v1", SAMPLING))
+def test_the_default_folder_cleans_a_model_id_once_and_the_method_is_as_run_names_it(tiny, isolated_home):
+    stage = Expand(ExpansionConfig(" Query2doc", "org/Model X", "http://127.0.0.1:9/v1", SAMPLING))
     assert stage.name == "expand/query2doc/org_Model_X"
     assert stage.folder(tiny) == isolated_home / "expansions" / "Biology" / "query2doc" / "org_Model_X"
 

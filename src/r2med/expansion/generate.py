@@ -44,6 +44,7 @@ SUMMARY_FILE = "summary.json"
 #: LameR's passages: the first-stage run's top 10 documents (the authors' truncation).
 LAMER_TOP_K = 10
 
+
 @dataclass(frozen=True)
 class ExpansionConfig:
     """What to generate and how. ``style``: a reasoning style or "auto" (from the LLM's name, else the tags);

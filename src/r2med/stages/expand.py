@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from r2med.datasets.model import Dataset
+from r2med.errors import IncompleteResultError
 from r2med.expansion.generate import (
     SUMMARY_FILE,
     ExpansionConfig,
@@ -52,13 +53,14 @@ class Expand:
         self.client = client
         self.settings = settings or get_settings()
         self.progress = progress
+        self.method = config.method.strip().lower()
         self.llm = llm_dir_name(config.name)
-        self.name = f"expand/{config.method}/{self.llm}"
+        self.name = f"expand/{self.method}/{self.llm}"
         self._plans: dict[str, ExpansionPlan] = {}
 
     def folder(self, dataset: Dataset) -> Path:
         if self.out_dir is None:
-            return expansion_dir(self.settings, dataset.name, self.expansion.method, self.llm)
+            return expansion_dir(self.settings, dataset.name, self.method, self.llm)
         return self.out_dir / dataset.name if self.subfolders else self.out_dir
 
     def _plan(self, dataset: Dataset) -> ExpansionPlan:
@@ -93,8 +95,6 @@ def expand_dataset(dataset: Dataset, config: ExpansionConfig, *, out_dir: Path, 
     dataset) and return the report: failed queries are listed in it, and their file has no manifest (a rerun makes
     it again). When the client's budget runs out, what finished is written and ``BudgetExceeded`` (with ``.report``)
     is raised. A stored file made by the same configuration is kept (``report.reused``)."""
-    from r2med.errors import IncompleteResultError
-
     reports: list[ExpansionReport] = []
     stage = Expand(config, out_dir=out_dir, first_stage=None if first_stage is None else (lambda _: first_stage),
                    client=client, progress=progress)

@@ -30,7 +30,7 @@ logger = logging.getLogger(__name__)
 #: a dataset, or a zero-argument loader called when its turn comes
 DatasetSource = Dataset | Callable[[], Dataset]
 #: one dataset's turn: its result (None when it has none) and why it is incomplete (None when it is not)
-Step = Callable[[Dataset, float], "tuple[Any, str | None]"]
+Step = Callable[[Dataset, float], tuple[Any, str | None]]
 
 
 def data_key(dataset: Dataset) -> dict[str, Any]:
