@@ -38,6 +38,37 @@ class Stage(Protocol):
 
 
 @dataclass(frozen=True)
+class DatasetResult:
+    """One stage's result on one dataset: its scores, files, seconds, whether a stored result was reused,
+    and the manifest details of a fresh run (empty when reused)."""
+
+    dataset: str
+    scores: Scores
+    files: ResultFiles | None
+    seconds: float
+    reused: bool = False
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+def summarise(results: list[DatasetResult]) -> dict[str, dict[str, float]]:
+    """``{"<Dataset>": {key: 5-decimal mean}, ..., "average": {key: mean over datasets}}``.
+
+    The average is the exact mean of the 5-decimal values (``r2med.types.exact_mean``), not rounded again: the
+    leaderboard computes the same mean from the same values, so both show the same two decimals.
+
+    >>> from r2med.types import Scores
+    >>> fake = [DatasetResult(n, Scores({"ndcg_at_10": v}), None, 0.0) for n, v in (("A", 0.1), ("B", 0.2))]
+    >>> summarise(fake)
+    {'A': {'ndcg_at_10': 0.1}, 'B': {'ndcg_at_10': 0.2}, 'average': {'ndcg_at_10': 0.15}}
+    """
+    table = {r.dataset: r.scores.rounded(5) for r in results}
+    if results:
+        keys = list(table[results[0].dataset])
+        table["average"] = {k: exact_mean([row[k] for row in table.values()]) for k in keys}
+    return table
+
+
+@dataclass(frozen=True)
 class Product:
     """What a ``FileStage`` made of one dataset: its files (name -> JSONL rows, or text), the facts its manifest
     records (``details``) and the stage's own report (``outcome``, handed back with the result).
@@ -86,34 +117,3 @@ class ProductResult:
     seconds: float
     outcome: Any = None
     reused: bool = False
-
-
-@dataclass(frozen=True)
-class DatasetResult:
-    """One stage's result on one dataset: its scores, files, seconds, whether a stored result was reused,
-    and the manifest details of a fresh run (empty when reused)."""
-
-    dataset: str
-    scores: Scores
-    files: ResultFiles | None
-    seconds: float
-    reused: bool = False
-    details: dict[str, Any] = field(default_factory=dict)
-
-
-def summarise(results: list[DatasetResult]) -> dict[str, dict[str, float]]:
-    """``{"<Dataset>": {key: 5-decimal mean}, ..., "average": {key: mean over datasets}}``.
-
-    The average is the exact mean of the 5-decimal values (``r2med.types.exact_mean``), not rounded again: the
-    leaderboard computes the same mean from the same values, so both show the same two decimals.
-
-    >>> from r2med.types import Scores
-    >>> fake = [DatasetResult(n, Scores({"ndcg_at_10": v}), None, 0.0) for n, v in (("A", 0.1), ("B", 0.2))]
-    >>> summarise(fake)
-    {'A': {'ndcg_at_10': 0.1}, 'B': {'ndcg_at_10': 0.2}, 'average': {'ndcg_at_10': 0.15}}
-    """
-    table = {r.dataset: r.scores.rounded(5) for r in results}
-    if results:
-        keys = list(table[results[0].dataset])
-        table["average"] = {k: exact_mean([row[k] for row in table.values()]) for k in keys}
-    return table

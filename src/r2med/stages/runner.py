@@ -29,13 +29,6 @@ logger = logging.getLogger(__name__)
 
 #: a dataset, or a zero-argument loader called when its turn comes
 DatasetSource = Dataset | Callable[[], Dataset]
-#: one dataset's turn: its result (None when it has none) and why it is incomplete (None when it is not)
-Step = Callable[[Dataset, float], tuple[Any, str | None]]
-
-
-def data_key(dataset: Dataset) -> dict[str, Any]:
-    """What of ``dataset`` keys a product made of it: its name, revision and file hashes."""
-    return {"name": dataset.name, "revision": dataset.revision, "sha256": dict(dataset.sha256)}
 
 
 def stage_config(stage: Stage, dataset: Dataset) -> dict[str, Any]:
@@ -46,6 +39,11 @@ def stage_config(stage: Stage, dataset: Dataset) -> dict[str, Any]:
         "ignore_identical_ids": stage.ignore_identical_ids,
         "dataset": data_key(dataset),
     }
+
+
+def data_key(dataset: Dataset) -> dict[str, Any]:
+    """What of ``dataset`` keys a product made of it: its name, revision and file hashes."""
+    return {"name": dataset.name, "revision": dataset.revision, "sha256": dict(dataset.sha256)}
 
 
 def run_stage(
@@ -131,6 +129,10 @@ def run_file_stage(
         return ProductResult(dataset.name, folder, time.perf_counter() - start, product.outcome), product.problem
 
     return _each(datasets, step, on_result, stage.name)
+
+
+#: one dataset's turn: its result (None when it has none) and why it is incomplete (None when it is not)
+Step = Callable[[Dataset, float], tuple[Any, str | None]]
 
 
 def _each(datasets: Iterable[DatasetSource], step: Step, on_result: Callable[[Any], None] | None,
