@@ -1,4 +1,4 @@
-"""Expansion throughput: ``generate_expansions`` (async, bounded concurrency) against the authors' generator
+"""Expansion throughput: ``expand_dataset`` (async, bounded concurrency) against the authors' generator
 (one chat request at a time in a plain loop), on the same server and the same SciFact queries, as a ratio.
 
     python benchmarks/expand.py [--queries 128] [--gemma-queries 32] [--concurrency 16] [--latency 0.2]
@@ -59,14 +59,15 @@ def authors_loop(dataset, base_url: str, model: str, sampling) -> float:
 
 
 def r2med_run(dataset, base_url: str, model: str, sampling, concurrency: int) -> float:
-    from r2med.expansion.generate import ExpansionConfig, generate_expansions
+    from r2med.expansion.generate import ExpansionConfig
     from r2med.llm import ChatClient
+    from r2med.stages.expand import expand_dataset
 
     config = ExpansionConfig("hyde", model, base_url, sampling, concurrency=concurrency, prompt_dataset="Biology")
     with tempfile.TemporaryDirectory() as out:
         start = time.perf_counter()
-        report = generate_expansions(dataset, config, out_dir=Path(out), client=ChatClient(model, base_url),
-                                     progress=False)
+        report = expand_dataset(dataset, config, out_dir=Path(out), client=ChatClient(model, base_url),
+                                progress=False)
         seconds = time.perf_counter() - start
     assert report.written == len(dataset.queries) and report.requested == len(dataset.queries), report
     return seconds

@@ -12,7 +12,7 @@ from conftest import REPO
 from r2med.cli import build_parser
 
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
-_COMMAND = re.compile(r"\br2med(?:\s+-[qv])*\s+([a-z]+)\b([^`#]*)")
+_COMMAND = re.compile(r"\br2med(?:\s+-[qv])*\s+([a-z]+)(?=\s|$)([^`#]*)")
 _FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)")
 
 

@@ -30,7 +30,11 @@ def test_manifest_records_what_made_the_result_and_no_secret(cli, tmp_path, monk
     assert manifest["config"]["retriever"] == {
         "retriever": "bm25", "variant": "r2med", "k1": 0.9, "b": 0.4,
         "analyzer": "pyserini-0.22.1-default-english/1", "ignore_identical_ids": False,
+        # the declared options of the spec that built it (r2med.options): they key the result whatever describe() says
+        "options": {"family": "bm25", "name": "bm25", "options": {"variant": "r2med", "k1": 0.9, "b": 0.4},
+                    "identical_ids": None},
     }
+    assert manifest["config"]["config_format"] == 2
     assert manifest["config"]["top_k"] == 3
     import hashlib
 

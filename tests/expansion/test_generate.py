@@ -1,4 +1,4 @@
-"""generate_expansions and ``r2med expand`` against a local scripted chat server (``tests/llm/chat_server.py``)."""
+"""The expand stage (``expand_dataset``) and ``r2med expand`` against a local scripted chat server (``tests/llm/chat_server.py``)."""
 
 from __future__ import annotations
 
@@ -19,11 +19,12 @@ from chat_server import ChatServer, Empty, Reply, Status, reply_for
 from r2med.cli.expand import register
 from r2med.datasets import load_dir
 from r2med.errors import InvalidInputError, R2MedError, UsageError
-from r2med.expansion.generate import ExpansionConfig, expansion_dir, generate_expansions
+from r2med.expansion.generate import ExpansionConfig
 from r2med.expansion.prompts import build_prompt
-from r2med.expansion.published import generated_dir, read_expansions
+from r2med.expansion.published import read_expansions
 from r2med.llm import Budget, BudgetExceeded, ChatClient, SamplingParams
 from r2med.settings import get_settings
+from r2med.stages.expand import expand_dataset
 from r2med.types import Run
 
 TINY = Path(__file__).resolve().parents[1] / "data" / "tiny"
@@ -47,7 +48,11 @@ def hyde_prompt(text: str) -> str:
 
 
 def config(server, method="hyde", **kwargs) -> ExpansionConfig:
-    return ExpansionConfig(method, kwargs.pop("llm_model", "tiny-llm"), server.base_url,
+    return config_for(server.base_url, method, **kwargs)
+
+
+def config_for(base_url: str, method="hyde", **kwargs) -> ExpansionConfig:
+    return ExpansionConfig(method, kwargs.pop("llm_model", "tiny-llm"), base_url,
                            SamplingParams(temperature=0.7, max_tokens=48, seed=42), concurrency=2, **kwargs)
 
 
@@ -60,7 +65,7 @@ def rows(path: Path) -> list[dict]:
 
 
 def test_hyde_writes_the_official_file_in_dataset_order(server, tiny, tmp_path):
-    report = generate_expansions(tiny, config(server), out_dir=tmp_path, client=client(server), progress=False)
+    report = expand_dataset(tiny, config(server), out_dir=tmp_path, client=client(server), progress=False)
     out = rows(tmp_path / "query_with_hydoc.jsonl")
     assert [r["id"] for r in out] == ["q1", "q2", "q3"]
     assert list(out[0])[:3] == ["id", "text", "hy_doc"]  # the official three first, extras after
@@ -83,34 +88,34 @@ def test_hyde_writes_the_official_file_in_dataset_order(server, tiny, tmp_path):
 
 def test_a_rerun_repeats_no_finished_request(server, tiny, tmp_path):
     part = replace(tiny, queries={"q2": tiny.queries["q2"]})
-    generate_expansions(part, config(server), out_dir=tmp_path, client=client(server), progress=False)
-    report = generate_expansions(tiny, config(server), out_dir=tmp_path, client=client(server), progress=False)
+    expand_dataset(part, config(server), out_dir=tmp_path, client=client(server), progress=False)
+    report = expand_dataset(tiny, config(server), out_dir=tmp_path, client=client(server), progress=False)
     assert (report.cached, report.requested, report.usage.requests) == (1, 2, 2)
     assert sorted(r.prompt for r in server.requests) == sorted(hyde_prompt(t) for t in tiny.queries.values())
-    again = generate_expansions(tiny, config(server), out_dir=tmp_path, client=client(server), progress=False)
+    again = expand_dataset(tiny, config(server), out_dir=tmp_path, client=client(server), progress=False)
     assert (again.cached, again.requested, again.usage.requests, len(server.requests)) == (3, 0, 0, 3)
     # other sampling is another request (the seed is part of the key)
     other = replace(config(server), sampling=SamplingParams(temperature=0.7, max_tokens=48, seed=7))
-    assert generate_expansions(tiny, other, out_dir=tmp_path, client=client(server), progress=False).requested == 3
+    assert expand_dataset(tiny, other, out_dir=tmp_path, client=client(server), progress=False).requested == 3
 
 
 def test_a_failed_query_is_listed_not_written_and_retried_next_time(server, tiny, tmp_path):
     server.script(hyde_prompt("what lowers a fever"), *[Status(500)] * 3)
     server.script(hyde_prompt("an unjudged query"), *[Empty()] * 3)
-    report = generate_expansions(tiny, config(server), out_dir=tmp_path, client=client(server), progress=False)
+    report = expand_dataset(tiny, config(server), out_dir=tmp_path, client=client(server), progress=False)
     assert report.failed == 2 and set(report.failures) == {"q1", "q3"} and not report.complete
     assert "HTTP 500" in report.failures["q1"] and "empty content" in report.failures["q3"]
     written = rows(tmp_path / "query_with_hydoc.jsonl")
     assert [r["id"] for r in written] == ["q2"] and all(r["hy_doc"].strip() for r in written)
     assert report.usage.failures == 2 and report.usage.retries == 4
-    rerun = generate_expansions(tiny, config(server), out_dir=tmp_path, client=client(server), progress=False)
+    rerun = expand_dataset(tiny, config(server), out_dir=tmp_path, client=client(server), progress=False)
     assert (rerun.cached, rerun.requested, rerun.failed, rerun.written) == (1, 2, 0, 3)
 
 
 def test_a_plain_output_is_written_byte_exact(server, tiny, tmp_path):
     # the official generation stored the model's text as it came: whitespace around it included
     server.script(hyde_prompt("what lowers a fever"), Reply("\n\nAspirin lowers fever.\n"))
-    generate_expansions(tiny, config(server), out_dir=tmp_path, client=client(server), progress=False)
+    expand_dataset(tiny, config(server), out_dir=tmp_path, client=client(server), progress=False)
     out = {r["id"]: r for r in rows(tmp_path / "query_with_hydoc.jsonl")}
     assert out["q1"]["hy_doc"] == "\n\nAspirin lowers fever.\n" and out["q1"]["fell_back"] is False
 
@@ -120,7 +125,7 @@ def test_reasoning_outputs_split_flag_and_fall_back(server, tiny, tmp_path):
     server.script(hyde_prompt("how is blood sugar controlled"), Reply("<think>Insulin, glucagon and", finish_reason="length"))
     server.script(hyde_prompt("an unjudged query"), Reply("", reasoning_content="Let me see", finish_reason="length"))
     cfg = config(server, llm_model="deepseek-ai/DeepSeek-R1-Distill-Qwen-7B")
-    report = generate_expansions(tiny, cfg, out_dir=tmp_path, client=client(server), progress=False)
+    report = expand_dataset(tiny, cfg, out_dir=tmp_path, client=client(server), progress=False)
     out = {r["id"]: r for r in rows(tmp_path / "query_with_hydoc.jsonl")}
     assert out["q1"]["hy_doc"] == "Aspirin lowers fever." and out["q1"]["style"] == "think"
     # both cut-off traces (one inline, one in reasoning_content) fall back to the plain query, counted
@@ -132,27 +137,27 @@ def test_reasoning_outputs_split_flag_and_fall_back(server, tiny, tmp_path):
     assert record["text"] == "<think>Fever is...</think>\n\nAspirin lowers fever."  # the raw output, kept whole
 
     # another policy reuses the stored generations: no new request
-    authors = generate_expansions(tiny, replace(cfg, policy="authors"), out_dir=tmp_path, client=client(server),
+    authors = expand_dataset(tiny, replace(cfg, policy="authors"), out_dir=tmp_path, client=client(server),
                                   progress=False)
     out = {r["id"]: r for r in rows(tmp_path / "query_with_hydoc.jsonl")}
     assert authors.requested == 0 and out["q2"]["hy_doc"] == "<think>Insulin, glucagon and"  # the whole text
     assert out["q3"]["hy_doc"] == "an unjudged query"  # an empty text is never used, whatever the policy
-    strict = generate_expansions(tiny, replace(cfg, policy="error"), out_dir=tmp_path, client=client(server),
+    strict = expand_dataset(tiny, replace(cfg, policy="error"), out_dir=tmp_path, client=client(server),
                                  progress=False)
     assert set(strict.failures) == {"q2", "q3"} and "cut off before its answer" in strict.failures["q2"]
 
 
 def test_lamer_fills_the_first_stage_top_10(server, tiny, tmp_path):
     run = Run({"q1": {"d4": 3.0, "d1": 2.0}, "q2": {"d2": 1.0}, "q3": {"d3": 1.0}}, name="bm25")
-    report = generate_expansions(tiny, config(server, "lamer"), out_dir=tmp_path, client=client(server),
+    report = expand_dataset(tiny, config(server, "lamer"), out_dir=tmp_path, client=client(server),
                                  first_stage=run, progress=False)
     assert report.written == 3
     prompt = next(r.prompt for r in server.requests if "what lowers a fever" in r.prompt)
     assert prompt.endswith("\n[1]. fever is a sign of infection\n[2]. aspirin reduces fever and pain")
     with pytest.raises(UsageError, match="lamer needs a first-stage run"):
-        generate_expansions(tiny, config(server, "lamer"), out_dir=tmp_path, progress=False)
+        expand_dataset(tiny, config(server, "lamer"), out_dir=tmp_path, progress=False)
     with pytest.raises(InvalidInputError, match="does not fit Biology") as info:
-        generate_expansions(tiny, config(server, "lamer"), out_dir=tmp_path, first_stage=Run({"q1": {"dX": 1.0}}),
+        expand_dataset(tiny, config(server, "lamer"), out_dir=tmp_path, first_stage=Run({"q1": {"dX": 1.0}}),
                             progress=False)
     assert any("'dX'" in p for p in info.value.problems) and any("'q2' has no ranking" in p for p in info.value.problems)
 
@@ -160,18 +165,25 @@ def test_lamer_fills_the_first_stage_top_10(server, tiny, tmp_path):
 def test_budget_keeps_what_finished_and_a_rerun_completes(server, tiny, tmp_path):
     limited = client(server, budget=Budget(max_requests=2))
     with pytest.raises(BudgetExceeded) as info:
-        generate_expansions(tiny, replace(config(server), concurrency=1), out_dir=tmp_path, client=limited,
+        expand_dataset(tiny, replace(config(server), concurrency=1), out_dir=tmp_path, client=limited,
                             progress=False)
     report = info.value.report
     assert (report.written, report.failed) == (2, 1) and "budget" in report.stopped
     assert [r["id"] for r in rows(tmp_path / "query_with_hydoc.jsonl")] == ["q1", "q2"]
-    rerun = generate_expansions(tiny, config(server), out_dir=tmp_path, client=client(server), progress=False)
+    rerun = expand_dataset(tiny, config(server), out_dir=tmp_path, client=client(server), progress=False)
     assert (rerun.requested, rerun.written, len(server.requests)) == (1, 3, 3)
 
 
-def test_expansion_dir_is_where_run_looks():
-    settings = get_settings({"R2MED_HOME": "/h"})
-    assert expansion_dir(settings, "Biology", "hyde", "qwen-7b") == generated_dir(settings, "Biology", "hyde", "qwen-7b")
+def test_the_default_folder_is_where_run_looks(isolated_home, tiny):
+    from r2med.expansion.published import find_expansions
+    from r2med.stages.expand import Expand
+
+    folder = Expand(config_for("http://127.0.0.1:9/v1", llm_model="org/Qwen 7B")).folder(tiny)
+    assert folder == isolated_home / "expansions" / "Biology" / "hyde" / "org_Qwen_7B"
+    (folder / "query_with_hydoc.jsonl").parent.mkdir(parents=True)
+    (folder / "query_with_hydoc.jsonl").write_text('{"id": "q1", "hy_doc": "x"}\n')
+    assert find_expansions(replace(tiny, source=""), "hyde", "org_Qwen_7B", settings=get_settings()) == (
+        folder / "query_with_hydoc.jsonl")
 
 
 # ------------------------------------------------------------------ CLI

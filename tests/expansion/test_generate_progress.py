@@ -12,9 +12,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "llm"))
 from chat_server import ChatServer, Status
 
 from r2med.datasets import load_dir
-from r2med.expansion.generate import ExpansionConfig, generate_expansions
+from r2med.expansion.generate import ExpansionConfig
 from r2med.expansion.prompts import build_prompt
 from r2med.llm import ChatClient, SamplingParams
+from r2med.stages.expand import expand_dataset
 
 TINY = Path(__file__).resolve().parents[1] / "data" / "tiny"
 
@@ -23,7 +24,7 @@ def run(server, out: Path, *, progress: bool = True):
     config = ExpansionConfig("hyde", "tiny-llm", server.base_url, SamplingParams(temperature=0.7, max_tokens=48, seed=1),
                              concurrency=1)
     client = ChatClient("tiny-llm", server.base_url, max_retries=2, backoff=0.001, max_backoff=0.01)
-    return generate_expansions(load_dir(TINY, "Biology"), config, out_dir=out, client=client, progress=progress)
+    return expand_dataset(load_dir(TINY, "Biology"), config, out_dir=out, client=client, progress=progress)
 
 
 def test_one_bar_over_the_queries_with_retries_beside_it(monkeypatch, tmp_path):

@@ -16,13 +16,13 @@ from r2med.errors import InvalidInputError, MissingResourceError, UsageError
 from r2med.expansion.published import (
     EXPANSION_FILE,
     find_expansions,
-    generated_dir,
     load_expansions,
     local_expansions,
     parse_expansion_spec,
     read_expansions,
 )
 from r2med.settings import get_settings
+from r2med.store.expansions import expansion_dir
 
 
 def _write(path: Path, rows: list[object]) -> Path:
@@ -84,7 +84,7 @@ def tiny(tmp_path) -> Path:
 def test_search_order_dataset_dir_then_generated(tiny):
     settings = get_settings()
     dataset = load_dir(tiny, "Biology")
-    generated = _write(generated_dir(settings, "Biology", "hyde", "m") / EXPANSION_FILE, [{"id": "q1", "hy_doc": "gen"}])
+    generated = _write(expansion_dir(settings, "Biology", "hyde", "m") / EXPANSION_FILE, [{"id": "q1", "hy_doc": "gen"}])
     assert find_expansions(dataset, "hyde", "m") == generated
     local = _write(tiny / "hyde" / "m" / EXPANSION_FILE, [{"id": "q1", "hy_doc": "local"}])
     assert find_expansions(dataset, "hyde", "m") == local  # the dataset's own directory wins, as in the official code
@@ -126,7 +126,7 @@ def test_an_r2med_dataset_fetches_the_published_file_from_the_hub(tiny, monkeypa
 
 def test_datasets_expansions_lists_local_generated_and_says_why_not_the_hub(cli, tiny):
     _write(tiny / "hyde" / "gpt4" / EXPANSION_FILE, [{"id": "q1", "hy_doc": "x"}])
-    _write(generated_dir(get_settings(), "Biology", "lamer", "qwen-7b") / EXPANSION_FILE, [{"id": "q1", "hy_doc": "y"}])
+    _write(expansion_dir(get_settings(), "Biology", "lamer", "qwen-7b") / EXPANSION_FILE, [{"id": "q1", "hy_doc": "y"}])
     result = cli("datasets", "expansions", "--data-dir", tiny)
     assert result.code == 0, result.err
     assert result.out.splitlines()[2:] == [

@@ -127,15 +127,15 @@ def test_system_name_of_a_model_path_is_checked(tmp_path, monkeypatch):
 
 
 def test_expansion_names_are_checked():
-    from r2med.expansion.generate import expansion_dir, llm_dir_name
-    from r2med.expansion.published import generated_dir, parse_expansion_spec
+    from r2med.expansion.published import parse_expansion_spec
+    from r2med.store.expansions import expansion_dir, llm_dir_name
     from r2med.settings import get_settings
 
     settings = get_settings({"R2MED_HOME": "/h"})
     with pytest.raises(UsageError, match="the dataset name '..' cannot be used"):
         expansion_dir(settings, "..", "hyde", "gpt4")
-    with pytest.raises(UsageError, match="the dataset name '..' cannot be used"):
-        generated_dir(settings, "..", "hyde", "gpt4")
+    with pytest.raises(UsageError, match="the LLM name 'a/b' cannot be used"):
+        expansion_dir(settings, "Biology", "hyde", "a/b")  # a folder name, not made one (that is llm_dir_name's)
     with pytest.raises(UsageError, match="--expansion 'hyde/CON': the part 'CON' cannot be used"):
         parse_expansion_spec("hyde/CON")
     with pytest.raises(UsageError, match="is 300 bytes long"):

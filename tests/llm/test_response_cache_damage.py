@@ -41,6 +41,7 @@ def test_damage_in_the_middle_is_exit_5_naming_the_line(cli, server, tmp_path, d
     generations = tmp_path / "x" / "generations.jsonl"
     lines = generations.read_bytes().splitlines(keepends=True)
     generations.write_bytes(lines[0] + damage + b"".join(lines[1:]))
+    (tmp_path / "x" / "query_with_hydoc.jsonl").unlink()  # the file is made again, from the cache
     again = _expand(cli, server, data, tmp_path / "x")
     assert again.code == 5 and f"{generations}:2: not a cache record" in again.err
     assert "Traceback" not in again.err
@@ -54,6 +55,7 @@ def test_a_torn_last_line_is_skipped_with_a_warning_and_generated_again(cli, ser
     generations = tmp_path / "x" / "generations.jsonl"
     lines = generations.read_bytes().splitlines(keepends=True)
     generations.write_bytes(b"".join(lines[:2]) + lines[2][:25])  # killed in mid-line
+    (tmp_path / "x" / "query_with_hydoc.jsonl").unlink()  # the file is made again, from the cache
     again = _expand(cli, server, data, tmp_path / "x")
     assert again.code == 0, again.err
     assert "generations.jsonl:3: ignoring a torn last line" in again.err

@@ -24,9 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import threading
 import time
-from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -50,6 +48,7 @@ from r2med.agent.templates import templates
 from r2med.datasets.model import Dataset
 from r2med.errors import MissingResourceError, ProviderError
 from r2med.http import safe_url
+from r2med.io.aio import run_sync
 from r2med.io.atomic import remove_file, write_jsonl_atomic, write_text_atomic
 from r2med.io.progress import progress_bar
 
@@ -268,29 +267,6 @@ def _search_row(query: str, hits: list[tuple[str, float]]) -> dict[str, Any]:
     return {"query": query, "ids": [did for did, _ in hits], "scores": [score for _, score in hits]}
 
 
-def _run_sync(factory: Callable[[], Awaitable[Any]]) -> Any:
-    """Run a coroutine to the end from sync code, also when the caller is inside an event loop (a notebook)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(factory())
-    out: list[Any] = []
-    errors: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            out.append(asyncio.run(factory()))
-        except BaseException as exc:  # noqa: BLE001 - handed to the calling thread
-            errors.append(exc)
-
-    thread = threading.Thread(target=target, name="r2med-agent")
-    thread.start()
-    thread.join()
-    if errors:
-        raise errors[0]
-    return out[0]
-
-
 def run_agent(
     dataset: Dataset,
     config: AgentConfig,
@@ -342,7 +318,7 @@ def run_agent(
                 await aclose()
 
     try:
-        rows = _run_sync(main)
+        rows = run_sync(lambda _send: main())
     finally:
         bar.close()
         cache.close()

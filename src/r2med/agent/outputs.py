@@ -14,10 +14,10 @@ from typing import Any
 from r2med.agent import styles as st
 from r2med.agent.config import STOP_REASONS, AgentConfig
 from r2med.datasets.model import Dataset
+from r2med.store.expansions import EXPANSION_FILE  # noqa: F401 - an agent's folder holds the official file
 from r2med.types import Run
 
 CACHE_FILE = "agent-cache.jsonl"
-EXPANSION_FILE = "query_with_hydoc.jsonl"
 TRAJECTORIES_FILE = "trajectories.jsonl"
 SUMMARY_FILE = "summary.json"
 #: RRF's k for the agent's own ranking (the usual 60)

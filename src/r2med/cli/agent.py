@@ -62,12 +62,12 @@ def cmd_agent(args: argparse.Namespace) -> int:
             print(f"{result.dataset}: {agent['searches']} searches, {agent['llm_calls']} LLM calls "
                   f"({agent['cached_calls']} from the cache); stop reasons: {reasons}", file=sys.stderr)
     if not args.quiet:
-        from r2med.expansion.generate import expansion_dir
+        from r2med.store.expansions import EXPANSION_FILE, expansion_dir
 
         path = SystemPath.parse(where)
         settings = get_settings()
         for result in results:
-            found = expansion_dir(settings, result.dataset, str(path.method), str(path.llm)) / "query_with_hydoc.jsonl"
+            found = expansion_dir(settings, result.dataset, str(path.method), str(path.llm)) / EXPANSION_FILE
             if found.is_file():
                 print(f"{result.dataset}: expansions {found} (r2med run --expansion {path.method}/{path.llm})",
                       file=sys.stderr)

@@ -1,7 +1,8 @@
 """``r2med expand``: generate HyDE / Query2doc / LameR expansions with an OpenAI-compatible LLM server.
 
-Thin: parses, builds an ``ExpansionConfig`` and a ``ChatClient``, calls ``generate_expansions`` per
-dataset, prints a summary. Importing this module imports nothing heavy (no ``openai``).
+Thin: parses, builds the configuration from the parsed options in one place (``build_expand``), runs the expand
+stage (``r2med.stages.expand.Expand``) over the datasets through the runner, prints a summary. Importing this
+module imports nothing heavy (no ``openai``).
 """
 
 from __future__ import annotations
@@ -9,7 +10,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from r2med.cli.args import csv_list as _csv
@@ -18,6 +21,9 @@ from r2med.errors import MissingResourceError, UsageError
 from r2med.expansion.methods import gar_method, method_names
 from r2med.expansion.prompts import METHODS
 from r2med.llm.reasoning import POLICIES, STYLES
+
+if TYPE_CHECKING:
+    from r2med.expansion.generate import ExpansionConfig
 
 
 def sampling_kind(base_url: str) -> str:
@@ -93,17 +99,6 @@ def load_first_stage(path: Path, dataset: str):
     )
 
 
-def _sampling(args: argparse.Namespace, base_url: str):
-    from r2med.expansion.prompts import sampling_params
-    from r2med.llm.client import SamplingParams
-
-    kind = sampling_kind(base_url)
-    values = sampling_params(kind)
-    given = {k: getattr(args, k) for k in ("temperature", "top_p", "max_tokens", "seed") if getattr(args, k) is not None}
-    values.update(given)
-    return SamplingParams(**values), kind, given
-
-
 def _summary_line(report) -> str:
     u = report.usage
     line = (f"{report.dataset}: {report.queries} queries, {report.cached} cached, {report.requested} requested, "
@@ -112,16 +107,35 @@ def _summary_line(report) -> str:
             f"tokens; {report.seconds:.1f} s")
     if report.written:
         line += f" -> {report.paths['expansions']}"
+    if report.reused:
+        line += " (kept: made by the same configuration)"
     return line
 
 
-def cmd_expand(args: argparse.Namespace) -> int:
-    from r2med.datasets import dataset_loaders
-    from r2med.expansion.generate import ExpansionConfig, expansion_dir, generate_expansions, llm_dir_name
-    from r2med.llm.client import Budget, BudgetExceeded, ChatClient
-    from r2med.settings import get_secret, get_settings
+@dataclass(frozen=True)
+class ExpandCommand:
+    """What one ``r2med expand`` does, from its parsed options: the expansion configuration, the chat client's
+    settings, the datasets, where the files go and how the result is shown."""
 
-    quiet = getattr(args, "quiet", False)
+    config: ExpansionConfig
+    client: dict[str, Any]
+    sampling_note: str
+    tasks: list[str] | None
+    data_dir: Path | None
+    first_stage: Path | None
+    out: Path | None
+    as_json: bool
+    quiet: bool
+
+
+def build_expand(args: argparse.Namespace) -> ExpandCommand:
+    """The one reader of ``r2med expand``'s parsed options: checks them (UsageError) and builds the command."""
+    from r2med.expansion.generate import ExpansionConfig
+    from r2med.expansion.prompts import sampling_params
+    from r2med.llm.client import Budget, SamplingParams
+    from r2med.settings import get_secret, get_settings
+    from r2med.store.expansions import llm_dir_name
+
     if args.llm_name is not None:  # the folder name, used as given: r2med run --expansion METHOD/<llm-name> finds it
         from r2med.io.names import check_name
 
@@ -130,8 +144,7 @@ def cmd_expand(args: argparse.Namespace) -> int:
             raise UsageError(f"--llm-name {args.llm_name!r} would be stored as {llm_dir_name(args.llm_name)!r}, which "
                              f"'r2med run --expansion {args.method}/{args.llm_name}' cannot find; "
                              f"pass --llm-name {llm_dir_name(args.llm_name)}")
-    settings = get_settings()
-    base_url = args.base_url or settings.openai_base_url
+    base_url = args.base_url or get_settings().openai_base_url
     if not base_url:
         raise UsageError("--base-url is required (or set $OPENAI_BASE_URL), e.g. --base-url http://localhost:8000/v1")
     if gar_method(args.method).first_stage and args.first_stage is None:
@@ -143,43 +156,61 @@ def cmd_expand(args: argparse.Namespace) -> int:
         api_key = get_secret(args.api_key_env)
         if api_key is None:
             raise UsageError(f"--api-key-env {args.api_key_env}: that environment variable is not set")
-    sampling, kind, given = _sampling(args, base_url)
+    kind = sampling_kind(base_url)
+    values = sampling_params(kind)
+    given = {k: getattr(args, k) for k in ("temperature", "top_p", "max_tokens", "seed") if getattr(args, k) is not None}
+    sampling = SamplingParams(**{**values, **given})
     budget = Budget(args.max_requests, args.max_tokens_budget)
-    llm_name = args.llm_name or llm_dir_name(args.llm_model)
     config = ExpansionConfig(args.method, args.llm_model, base_url, sampling, style=args.style, policy=args.policy,
-                             concurrency=args.concurrency, budget=budget, llm_name=llm_name,
-                             prompt_dataset=args.prompt_dataset)
+                             concurrency=args.concurrency, budget=budget,
+                             llm_name=args.llm_name or llm_dir_name(args.llm_model), prompt_dataset=args.prompt_dataset)
+    overrides = f"; given: {given}" if given else ""
+    return ExpandCommand(
+        config=config,
+        client={"model": args.llm_model, "base_url": base_url, "api_key": api_key, "timeout": args.timeout,
+                "max_retries": args.max_retries, "budget": budget},
+        sampling_note=f"sampling: the authors' {kind!r} defaults{overrides} -> {sampling.to_request()}",
+        tasks=args.tasks, data_dir=args.data_dir, first_stage=args.first_stage, out=args.out, as_json=args.json,
+        quiet=getattr(args, "quiet", False),
+    )
+
+
+def cmd_expand(args: argparse.Namespace) -> int:
+    from r2med.datasets import dataset_loaders
+    from r2med.errors import IncompleteResultError
+    from r2med.llm.client import BudgetExceeded, ChatClient
+    from r2med.stages.expand import Expand
+    from r2med.stages.runner import run_file_stage
+
+    command = build_expand(args)
+    quiet, as_json = command.quiet, command.as_json
     if not quiet:
-        overrides = f"; given: {given}" if given else ""
-        print(f"sampling: the authors' {kind!r} defaults{overrides} -> {sampling.to_request()}", file=sys.stderr)
-    client = ChatClient(args.llm_model, base_url, api_key=api_key, timeout=args.timeout,
-                        max_retries=args.max_retries, budget=budget)
-    targets = dataset_loaders(args.tasks, data_dir=args.data_dir, settings=settings)
-    _check_prompts(args.method, args.prompt_dataset, [name for name, _ in targets])
-    reports = []
-    code = 0
-    for _, load in targets:
-        dataset = load()
-        if args.out is None:
-            out = expansion_dir(settings, dataset.name, args.method, llm_name)
-        else:
-            out = args.out if len(targets) == 1 else args.out / dataset.name
-        first_stage = load_first_stage(args.first_stage, dataset.name) if args.first_stage is not None else None
-        try:
-            report = generate_expansions(dataset, config, out_dir=out, client=client, first_stage=first_stage,
-                                         progress=not (quiet or args.json))
-        except BudgetExceeded as exc:
-            if exc.report is not None:
-                reports.append(exc.report)
-            _print(reports, args.json, quiet)
-            raise
-        reports.append(report)
-        if report.failed:
-            code = 6
-        if len(targets) > 1 and not args.json and not quiet:  # progress between datasets
-            print(_summary_line(report), file=sys.stderr)
-    _print(reports, args.json, quiet)
-    return code
+        print(command.sampling_note, file=sys.stderr)
+    targets = dataset_loaders(command.tasks, data_dir=command.data_dir)
+    _check_prompts(command.config.method, command.config.prompt_dataset, [name for name, _ in targets])
+    first_stage = command.first_stage
+    stage = Expand(command.config, out_dir=command.out, subfolders=len(targets) > 1, client=ChatClient(**command.client),
+                   first_stage=None if first_stage is None else (lambda name: load_first_stage(first_stage, name)),
+                   progress=not (quiet or as_json))
+    reports: list = []
+
+    def on_result(result) -> None:
+        reports.append(result.outcome)
+        if len(targets) > 1 and not as_json and not quiet:  # progress between datasets
+            print(_summary_line(result.outcome), file=sys.stderr)
+
+    try:
+        run_file_stage(stage, [load for _, load in targets], on_result=on_result)
+    except BudgetExceeded as exc:
+        if exc.report is not None:
+            reports.append(exc.report)
+        _print(reports, as_json, quiet)
+        raise
+    except IncompleteResultError:  # the failed queries are listed below
+        _print(reports, as_json, quiet)
+        return 6
+    _print(reports, as_json, quiet)
+    return 0
 
 
 def _check_prompts(method: str, prompt_dataset: str | None, names: list[str]) -> None:

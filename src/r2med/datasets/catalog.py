@@ -36,7 +36,7 @@ class DatasetSpec:
 
 
 @lru_cache(maxsize=1)
-def _load() -> tuple[Registry[DatasetSpec], dict[str, list[str]], str]:
+def _load() -> Registry[DatasetSpec]:
     raw = json.loads(resources.files("r2med").joinpath("data/datasets.json").read_text(encoding="utf-8"))
     specs: dict[str, DatasetSpec] = {}
     aliases: dict[str, str] = {}
@@ -45,12 +45,12 @@ def _load() -> tuple[Registry[DatasetSpec], dict[str, list[str]], str]:
         specs[spec.name] = spec
         for alias in spec.aliases:
             aliases[alias] = spec.name
-    return Registry("dataset", specs, aliases), raw.get("expansions", {}), raw.get("license", "")
+    return Registry("dataset", specs, aliases)
 
 
 def catalog() -> Registry[DatasetSpec]:
     """The registry of the 8 datasets, in the paper's order."""
-    return _load()[0]
+    return _load()
 
 
 def dataset_names() -> list[str]:
@@ -72,8 +72,3 @@ def resolve_names(names: list[str] | tuple[str, ...] | None) -> list[DatasetSpec
         spec = get_spec(name)
         seen.setdefault(spec.name, spec)
     return list(seen.values())
-
-
-def published_expansions() -> dict[str, list[str]]:
-    """Method -> LLM names of the expansions the Biology dataset card declares."""
-    return {k: list(v) for k, v in _load()[1].items()}

@@ -1,21 +1,24 @@
-"""Generate GAR expansions (HyDE, Query2doc, LameR) with an LLM, resumably, in the official file format.
+"""Generate GAR expansions (HyDE, Query2doc, LameR) with an LLM, resumably, as the rows of the official file.
 
 For each query of a dataset: the method's prompt for the dataset (``prompts.build_prompt``; LameR with the
 texts of the first-stage run's top 10 documents), sent as the authors' chat (system + user turn) with the
-given sampling. Every finished generation is appended at once to ``<out>/generations.jsonl`` (the
-cache, keyed by ``request_key``: model + messages + sampling, seed included), so a killed run resumes
-without repeating a finished request. At the end ``<out>/query_with_hydoc.jsonl`` is written atomically
-in dataset order (``{"id", "text", "hy_doc", ...}``, hy_doc = the chosen answer), and ``<out>/summary.json``.
+given sampling. :func:`plan_expansions` makes every request before anything is sent (its ``key()`` is the
+configuration that keys the expansion file); :func:`generate_expansions` sends the ones not yet answered.
+Every finished generation is appended at once to ``<out>/generations.jsonl`` (the cache, keyed by
+``request_key``: model + messages + sampling, seed included), so a killed run resumes without repeating a
+finished request; it returns the rows of ``query_with_hydoc.jsonl`` in dataset order (``{"id", "text",
+"hy_doc", ...}``, hy_doc = the chosen answer) and the report. Writing them (atomically, with a manifest) is the
+expand stage's (``r2med.stages.expand``).
 
-A query whose generation failed is not written (never with an empty hy_doc): it is listed in the report,
-and a rerun requests just those.
+A query whose generation failed has no row (never an empty hy_doc): it is listed in the report, and a rerun
+requests just those.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
-import re
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -28,47 +31,18 @@ from r2med.errors import InvalidInputError, ProviderError, UsageError
 from r2med.expansion import prompts
 from r2med.expansion.methods import gar_method, method_names
 from r2med.http import safe_url
-from r2med.io.atomic import write_jsonl_atomic, write_text_atomic
-from r2med.io.names import check_name
 from r2med.llm import reasoning
 from r2med.llm.cache import ResponseCache
 from r2med.llm.client import Budget, BudgetExceeded, ChatClient, ChatJob, ChatResult, SamplingParams, Usage, request_key
-from r2med.settings import Settings
+from r2med.store.expansions import EXPANSION_FILE
 from r2med.types import Run
 
 logger = logging.getLogger(__name__)
 
 GENERATIONS_FILE = "generations.jsonl"
-EXPANSION_FILE = "query_with_hydoc.jsonl"
 SUMMARY_FILE = "summary.json"
 #: LameR's passages: the first-stage run's top 10 documents (the authors' truncation).
 LAMER_TOP_K = 10
-
-_UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")
-
-
-def llm_dir_name(name: str) -> str:
-    """A filesystem-safe directory name for an LLM name or model id.
-
-    >>> llm_dir_name("qwen-7b"), llm_dir_name("Qwen/Qwen2.5-7B-Instruct"), llm_dir_name("/models/my model/")
-    ('qwen-7b', 'Qwen_Qwen2.5-7B-Instruct', 'models_my_model')
-    """
-    safe = _UNSAFE.sub("_", name.strip()).strip("._-+")
-    if not safe:
-        raise UsageError(f"LLM name {name!r} has no usable characters for a directory name; pass --llm-name")
-    return check_name(safe, what=f"the folder name of LLM {name[:60]!r}", fix="pass a shorter --llm-name")
-
-
-def expansion_dir(settings: Settings, dataset_name: str, method: str, llm_name: str) -> Path:
-    """Where generated expansions go by default (and where ``r2med run --expansion`` looks).
-
-    >>> from r2med.settings import get_settings
-    >>> expansion_dir(get_settings({"R2MED_HOME": "/h"}), "Biology", "hyde", "Qwen/Qwen2.5-7B").as_posix()
-    '/h/expansions/Biology/hyde/Qwen_Qwen2.5-7B'
-    """
-    check_name(dataset_name, what="the dataset name")
-    check_name(method, what="the GAR method name")
-    return settings.home / "expansions" / dataset_name / method / llm_dir_name(llm_name)
 
 
 @dataclass(frozen=True)
@@ -113,11 +87,40 @@ class ExpansionReport:
     paths: dict[str, Path] = field(default_factory=dict)
     failures: dict[str, str] = field(default_factory=dict)
     stopped: str | None = None
+    #: the stored expansion file was made by the same configuration and is kept: nothing was generated or written
+    reused: bool = False
 
     @property
     def complete(self) -> bool:
         """Every query has its expansion in the output file."""
         return self.written == self.queries
+
+    @classmethod
+    def stored(cls, counts: dict[str, Any], paths: dict[str, Path]) -> ExpansionReport:
+        """The report of a kept expansion file, from the counts its manifest records (``manifest_counts``): every
+        query's answer was already stored, none was requested.
+
+        >>> r = ExpansionReport.stored({"dataset": "B", "method": "hyde", "llm": "m", "queries": 3, "written": 3,
+        ...                             "truncated": 1, "fell_back": 1}, {})
+        >>> (r.cached, r.requested, r.truncated, r.reused, r.complete)
+        (3, 0, 1, True, True)
+        """
+        return cls(counts["dataset"], counts["method"], counts["llm"], queries=counts["queries"],
+                   cached=counts["queries"], truncated=counts["truncated"], fell_back=counts["fell_back"],
+                   written=counts["written"], paths=dict(paths), reused=True)
+
+    def manifest_counts(self) -> dict[str, Any]:
+        """What a manifest records of this report (the counts ``stored`` makes a report of again)."""
+        return {k: getattr(self, k) for k in ("dataset", "method", "llm", "queries", "written", "truncated",
+                                              "fell_back")}
+
+    def problem(self) -> str | None:
+        """Why the expansion file is not complete (failed queries, a spent budget), or None."""
+        if self.complete and self.stopped is None:
+            return None
+        first = f" (first: {next(iter(self.failures.items()))})" if self.failures else ""
+        return (f"{self.failed} of {self.queries} queries have no expansion{first}; the finished ones are in "
+                f"{self.paths['expansions']} and {self.paths['generations']}: rerun to retry them")
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -189,22 +192,50 @@ def _record(qid: str, dataset: Dataset, config: ExpansionConfig, params: Samplin
     return record
 
 
-def generate_expansions(
-    dataset: Dataset,
-    config: ExpansionConfig,
-    *,
-    out_dir: Path,
-    client: ChatClient | None = None,
-    first_stage: Run | None = None,
-    progress: bool = True,
-) -> ExpansionReport:
-    """Expand every query of ``dataset``; reuse what ``<out_dir>/generations.jsonl`` already holds.
+def expansion_paths(out_dir: Path) -> dict[str, Path]:
+    """The files of an expansion folder: the generations cache, the expansion file and the summary."""
+    out_dir = Path(out_dir)
+    return {"generations": out_dir / GENERATIONS_FILE, "expansions": out_dir / EXPANSION_FILE,
+            "summary": out_dir / SUMMARY_FILE}
 
-    Returns the report; failed queries are listed in ``report.failures`` and left out of the output file.
-    When the client's budget runs out, the output is written for what is done and ``BudgetExceeded``
-    (with ``.report``) is raised. ``client`` defaults to a ``ChatClient`` for ``config``.
+
+@dataclass(frozen=True)
+class ExpansionPlan:
+    """Every request ``config`` makes for ``dataset``'s queries, made before anything is sent.
+
+    ``keys``: query id -> request key (model + messages + sampling); ``jobs``: one request per distinct key.
     """
-    start = time.perf_counter()
+
+    dataset: Dataset
+    config: ExpansionConfig
+    method: str
+    prompt_dataset: str
+    prompt_sha: str
+    system: str
+    style: str
+    keys: dict[str, str]
+    jobs: dict[str, ChatJob]
+
+    def key(self) -> dict[str, Any]:
+        """The configuration an expansion file is made by (its manifest's ``config``, besides the dataset's files):
+        method, model, sampling, reasoning style, answer policy, the prompt, and the sha256 of every query's
+        request (which holds the prompts filled in, LameR's passages included). Not the server's address, the
+        concurrency or the budget: they do not change an answer's key. The sampling is recorded as one string,
+        whole (a manifest drops keys that look like credentials, such as ``max_tokens``)."""
+        config = self.config
+        requests = hashlib.sha256(json.dumps(list(self.keys.items())).encode("utf-8")).hexdigest()
+        return {"expansion": {
+            "method": self.method, "model": config.llm_model, "llm": config.name,
+            "sampling": json.dumps(asdict(config.sampling), sort_keys=True), "style": config.style,
+            "parsed_as": self.style, "policy": config.policy,
+            "prompt": {"dataset": self.prompt_dataset, "sha256": self.prompt_sha, "system": self.system},
+            "requests_sha256": requests,
+        }}
+
+
+def plan_expansions(dataset: Dataset, config: ExpansionConfig, first_stage: Run | None = None) -> ExpansionPlan:
+    """The requests for ``dataset`` (UsageError for a bad method, policy or style, or a first-stage run the method
+    needs or does not use; InvalidInputError when the first-stage run does not fit the dataset)."""
     method = config.method.strip().lower()
     if method not in prompts.METHODS:
         raise UsageError(f"unknown GAR method {config.method!r}; valid: {', '.join(prompts.METHODS)}")
@@ -219,33 +250,44 @@ def generate_expansions(
         only = " / ".join(method_names(generated=True, first_stage=True))
         raise UsageError(f"{method} does not use a first-stage run; only {only} does")
     prompt_dataset = config.prompt_dataset or dataset.name
-    prompt_sha = prompts.prompt_sha256(method, prompt_dataset)
     passages = _passages(dataset, first_stage) if first_stage is not None else {}
     system = prompts.system_prompt_for(config.name)
-    style = _parse_style(config)
-    out_dir = Path(out_dir)
-    report = ExpansionReport(dataset.name, method, config.name, queries=len(dataset.queries))
-    report.paths = {"generations": out_dir / GENERATIONS_FILE, "expansions": out_dir / EXPANSION_FILE,
-                    "summary": out_dir / SUMMARY_FILE}
-
     keys: dict[str, str] = {}
     jobs: dict[str, ChatJob] = {}
+    for qid, text in dataset.queries.items():
+        prompt = prompts.build_prompt(method, prompt_dataset, text, passages.get(qid) if passages else None)
+        messages = prompts.chat_messages(prompt, system=system)
+        key = request_key(config.llm_model, messages, config.sampling)
+        keys[qid] = key
+        jobs.setdefault(key, ChatJob(key, messages, config.sampling))
+    return ExpansionPlan(dataset, config, method, prompt_dataset, prompts.prompt_sha256(method, prompt_dataset),
+                         system, _parse_style(config), keys, jobs)
+
+
+def generate_expansions(
+    plan: ExpansionPlan,
+    *,
+    out_dir: Path,
+    client: ChatClient | None = None,
+    progress: bool = True,
+) -> tuple[list[dict[str, Any]], ExpansionReport, BudgetExceeded | None]:
+    """Send ``plan``'s requests that ``<out_dir>/generations.jsonl`` has no answer for; return the expansion rows
+    (dataset order), the report and, when the client's budget ran out, its ``BudgetExceeded`` (what finished is in
+    the rows). Failed queries are listed in ``report.failures`` and have no row. ``client`` defaults to a
+    ``ChatClient`` for the plan's config."""
+    start = time.perf_counter()
+    dataset, config, method = plan.dataset, plan.config, plan.method
+    report = ExpansionReport(dataset.name, method, config.name, queries=len(dataset.queries),
+                             paths=expansion_paths(out_dir))
     cache = ResponseCache(report.paths["generations"])
     try:
-        for qid, text in dataset.queries.items():
-            prompt = prompts.build_prompt(method, prompt_dataset, text, passages.get(qid) if passages else None)
-            messages = prompts.chat_messages(prompt, system=system)
-            key = request_key(config.llm_model, messages, config.sampling)
-            keys[qid] = key
-            if key in cache:
-                report.cached += 1
-            elif key not in jobs:
-                jobs[key] = ChatJob(key, messages, config.sampling)
+        jobs = {key: job for key, job in plan.jobs.items() if key not in cache}
+        report.cached = sum(key in cache for key in plan.keys.values())
         report.requested = len(jobs)
         logger.info("%s %s/%s: %d queries, %d already generated in %s, %d to request", dataset.name, method,
-                    config.name, len(keys), report.cached, cache.path, len(jobs))
-        first_qid = {}
-        for qid, key in keys.items():
+                    config.name, len(plan.keys), report.cached, cache.path, len(jobs))
+        first_qid: dict[str, str] = {}
+        for qid, key in plan.keys.items():
             first_qid.setdefault(key, qid)
         errors: dict[str, str] = {}
 
@@ -253,7 +295,8 @@ def generate_expansions(
             if isinstance(outcome, Exception):
                 errors[job.key] = str(outcome)
                 return
-            cache.append(job.key, _record(first_qid[job.key], dataset, config, job.params, prompt_sha, outcome, style))
+            cache.append(job.key, _record(first_qid[job.key], dataset, config, job.params, plan.prompt_sha, outcome,
+                                          plan.style))
 
         stopped: BudgetExceeded | None = None
         if jobs:
@@ -266,25 +309,21 @@ def generate_expansions(
                 report.stopped, stopped = str(exc), exc
             finally:
                 report.usage = Usage(**{k: v - before[k] for k, v in client.usage.as_dict().items()})
-        rows = _rows(dataset, config, keys, cache, errors, style, report)
+        rows = _rows(dataset, config, plan.keys, cache, errors, plan.style, report)
     finally:
         cache.close()
-
-    if rows:
-        write_jsonl_atomic(report.paths["expansions"], rows)
     report.written = len(rows)
     report.seconds = time.perf_counter() - start
+    return rows, report, stopped
+
+
+def summary_text(plan: ExpansionPlan, report: ExpansionReport) -> str:
+    """``summary.json``: the report, the configuration (the server's address without credentials), the prompt."""
+    config = plan.config
     summary = {"report": report.as_dict(), "config": {**asdict(config), "base_url": safe_url(config.base_url)},
-               "prompt_dataset": prompt_dataset, "prompt_sha256": prompt_sha, "style": style, "written_at": _now()}
-    write_text_atomic(report.paths["summary"], json.dumps(summary, indent=2, ensure_ascii=False, default=str))
-    if report.failures:
-        logger.warning("%s: %d of %d queries failed and are not in %s (rerun to retry them); first: %s",
-                       dataset.name, report.failed, report.queries, report.paths["expansions"],
-                       next(iter(report.failures.items())))
-    if stopped is not None:
-        stopped.report = report
-        raise stopped
-    return report
+               "prompt_dataset": plan.prompt_dataset, "prompt_sha256": plan.prompt_sha, "style": plan.style,
+               "written_at": _now()}
+    return json.dumps(summary, indent=2, ensure_ascii=False, default=str)
 
 
 def _rows(dataset: Dataset, config: ExpansionConfig, keys: dict[str, str], cache: ResponseCache,

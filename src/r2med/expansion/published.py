@@ -3,7 +3,7 @@
 The official layout puts an LLM's expansions of a dataset at ``<dataset dir>/<method>/<llm>/query_with_hydoc.jsonl``,
 one JSON object per query: ``{"id", "text", "hy_doc", ...}``. The authors published theirs in the same place of
 each hub dataset repo (``hyde/o3-mini/...``), and ``r2med expand`` writes the same format under
-``<R2MED_HOME>/expansions/<Dataset>/<method>/<llm>/``. :func:`find_expansions` looks in those places in turn:
+``<R2MED_HOME>/expansions/<Dataset>/<method>/<llm>/`` (``r2med.store.expansions``). :func:`find_expansions` looks in those places in turn:
 
 1. the dataset's own directory (``--data-dir`` or the hub cache), as the authors' code does;
 2. the generated expansions under R2MED_HOME;
@@ -28,10 +28,10 @@ from r2med.io.names import check_name
 from r2med.io.problems import Problems
 from r2med.io.readers import HashingLines, coerce_id, iter_jsonl
 from r2med.settings import Settings, get_settings
+from r2med.store.expansions import EXPANSION_FILE, expansion_dir, expansions_root
 
 logger = logging.getLogger(__name__)
 
-EXPANSION_FILE = "query_with_hydoc.jsonl"
 #: the methods the authors published expansions for (configs of the hub datasets)
 PUBLISHED_METHODS = method_names(published=True)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
@@ -123,13 +123,6 @@ def read_expansions(path: Path, *, method: str, llm: str) -> Expansions:
                       answered=frozenset(answered))
 
 
-def generated_dir(settings: Settings, dataset: str, method: str, llm: str) -> Path:
-    """Where ``r2med expand`` writes (and ``r2med run --expansion`` finds) generated expansions."""
-    for role, name in (("dataset", dataset), ("GAR method", method), ("LLM", llm)):
-        check_name(name, what=f"the {role} name")
-    return settings.home / "expansions" / dataset / method / llm
-
-
 def local_expansions(root: Path) -> list[tuple[str, str, Path]]:
     """``(method, llm, file)`` for every ``<root>/<method>/<llm>/query_with_hydoc.jsonl``, sorted."""
     root = Path(root)
@@ -156,7 +149,7 @@ def _candidates(dataset: Dataset, method: str, llm: str, settings: Settings) -> 
     places = []
     if dataset.source:
         places.append(Path(dataset.source) / method / llm / EXPANSION_FILE)
-    places.append(generated_dir(settings, dataset.name, method, llm) / EXPANSION_FILE)
+    places.append(expansion_dir(settings, dataset.name, method, llm) / EXPANSION_FILE)
     return places
 
 
@@ -213,7 +206,7 @@ def available_expansions(
     if folder is not None:
         for method, llm, _ in local_expansions(folder):
             found.setdefault((method, llm), "dataset")
-    for method, llm, _ in local_expansions(settings.home / "expansions" / name):
+    for method, llm, _ in local_expansions(expansions_root(settings, name)):
         found.setdefault((method, llm), "generated")
     problem = None
     if hub and name in catalog():

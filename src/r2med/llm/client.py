@@ -15,8 +15,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import queue
-import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -32,6 +30,7 @@ from r2med.http import (
     resolve_key,
     safe_url,
 )
+from r2med.io.aio import run_sync
 from r2med.io.progress import progress_bar
 from r2med.llm.requests import (  # re-exported: the request's data model lives in r2med.llm.requests
     Budget,
@@ -216,36 +215,10 @@ class ChatClient:
                 bar.set_postfix(retries=self.usage.retries, failures=self.usage.failures, refresh=False)
 
         try:
-            try:
-                asyncio.get_running_loop()
-            except RuntimeError:
-                asyncio.run(self._run_all(jobs, concurrency, deliver))
-            else:  # called from async code: run the loop in a helper thread, deliver here
-                self._run_in_thread(jobs, concurrency, deliver)
+            run_sync(lambda send: self._run_all(jobs, concurrency, send), deliver)
         finally:
             bar.close()
         return self.usage
-
-    def _run_in_thread(self, jobs: list[ChatJob], concurrency: int, deliver: Callable) -> None:
-        inbox: queue.Queue = queue.Queue()
-        done = object()
-        errors: list[BaseException] = []
-
-        def target() -> None:
-            try:
-                asyncio.run(self._run_all(jobs, concurrency, lambda job, out: inbox.put((job, out))))
-            except BaseException as exc:  # noqa: BLE001 - handed to the calling thread
-                errors.append(exc)
-            finally:
-                inbox.put(done)
-
-        thread = threading.Thread(target=target, name="r2med-chat", daemon=True)
-        thread.start()
-        while (item := inbox.get()) is not done:
-            deliver(*item)
-        thread.join()
-        if errors:
-            raise errors[0]
 
     async def _run_all(self, jobs: list[ChatJob], concurrency: int, deliver: Callable) -> None:
         pending = iter(jobs)

@@ -33,13 +33,12 @@ from r2med.reporting.plots import leaderboard_svg, win_loss_svg
 from r2med.reporting.render import render_template
 from r2med.reporting.tables import pct
 from r2med.settings import Settings, get_settings
+from r2med.store.expansions import EXPANSION_FILE, expansion_dir
 from r2med.store.result_set import PER_QUERY_SUFFIX, RUN_SUFFIX, ResultFiles, read_result_file
 from r2med.store.results import SystemPath
 
 logger = logging.getLogger(__name__)
 
-#: the official expansion file's name (``<dataset dir>/<method>/<llm>/query_with_hydoc.jsonl``)
-EXPANSION_FILE = "query_with_hydoc.jsonl"
 
 @dataclass(frozen=True)
 class ReportOptions:
@@ -118,7 +117,7 @@ def _expansion_source(system: str, folder: Path | None, dataset: str,
         return None, "no expansion: the query was used as it is"
     method, llm = str(where.method), str(where.llm)
     places = [folder / method / llm / EXPANSION_FILE] if folder is not None else []
-    places.append(settings.home / "expansions" / dataset / method / llm / EXPANSION_FILE)
+    places.append(expansion_dir(settings, dataset, method, llm) / EXPANSION_FILE)
     for path in places:
         if path.is_file():
             return read_expansions(path), ""

@@ -12,15 +12,23 @@ layout and its manifest.
 - :class:`~r2med.stages.agent.Agent`: an agentic search loop (Search-R1, Search-o1); its run is the agent's own
   ranking, and it writes the agent's expansion file and trajectories.
 
+A file stage (:class:`~r2med.stages.base.FileStage`) makes files instead of a run; the runner
+(:func:`~r2med.stages.runner.run_file_stage`) stores them with their manifest and keeps them in the same way:
+
+- :class:`~r2med.stages.expand.Expand`: an LLM's GAR expansions (``r2med expand``), the official
+  ``query_with_hydoc.jsonl``.
+
 ``r2med.pipeline.run_pipeline(spec)`` builds the stages a ``PipelineSpec`` names and runs them in order.
 Importing this package imports no heavy dependency.
 """
 
 from r2med.stages.agent import Agent
-from r2med.stages.base import DatasetResult, Stage, summarise
+from r2med.stages.base import DatasetResult, FileStage, Product, ProductResult, Stage, summarise
+from r2med.stages.expand import Expand, expand_dataset
 from r2med.stages.fuse import Fuse
 from r2med.stages.rerank import FirstStage, Rerank
 from r2med.stages.retrieve import Expansion, Retrieve
-from r2med.stages.runner import run_stage
+from r2med.stages.runner import run_file_stage, run_stage
 
-__all__ = ["Agent", "DatasetResult", "Expansion", "FirstStage", "Fuse", "Rerank", "Retrieve", "Stage", "run_stage", "summarise"]
+__all__ = ["Agent", "DatasetResult", "Expand", "Expansion", "FileStage", "FirstStage", "Fuse", "Product", "ProductResult",
+           "Rerank", "Retrieve", "Stage", "expand_dataset", "run_file_stage", "run_stage", "summarise"]

@@ -18,10 +18,10 @@ from r2med.agent.loop import run_agent
 from r2med.agent.outputs import AgentReport
 from r2med.datasets.model import Dataset
 from r2med.errors import IncompleteResultError
-from r2med.expansion.generate import expansion_dir, llm_dir_name
 from r2med.retrievers.base import Retriever
 from r2med.settings import Settings, get_settings
 from r2med.stages.base import component_key
+from r2med.store.expansions import expansion_dir, llm_dir_name
 from r2med.store.results import SystemPath
 from r2med.types import Run
 

@@ -1,8 +1,9 @@
-"""The ``Stage`` protocol and what the runner returns per dataset."""
+"""The stage protocols (``Stage``: a ``Run``; ``FileStage``: files) and what the runner returns per dataset."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from r2med.datasets.model import Dataset
@@ -86,3 +87,54 @@ def summarise(results: list[DatasetResult]) -> dict[str, dict[str, float]]:
         keys = list(table[results[0].dataset])
         table["average"] = {k: exact_mean([row[k] for row in table.values()]) for k in keys}
     return table
+
+
+@dataclass(frozen=True)
+class Product:
+    """What a ``FileStage`` made of one dataset: its files (name -> JSONL rows, or text), the facts its manifest
+    records (``details``) and the stage's own report (``outcome``, handed back with the result).
+
+    ``problem``: why the product is incomplete (failed queries): its files are written, without a manifest, so a
+    rerun makes it again. ``halt``: raised once the files are written (a spent budget: no other dataset can run).
+    """
+
+    files: dict[str, list[dict[str, Any]] | str]
+    details: dict[str, Any] = field(default_factory=dict)
+    outcome: Any = None
+    problem: str | None = None
+    halt: Exception | None = None
+
+
+@runtime_checkable
+class FileStage(Protocol):
+    """A step whose product is files, not a ``Run`` (``r2med expand``'s expansion file): nothing is evaluated.
+
+    ``name`` says what makes the files (the manifest's ``system``, e.g. ``expand/hyde/gpt4``); ``folder(dataset)``
+    is where they go, their manifest ``<anchor>.manifest.json`` beside them. ``config(dataset)`` is everything that
+    determines them besides the dataset's files: a stored product whose manifest records the same configuration, and
+    whose files match it, is kept and ``reused(dataset, details)`` gives its outcome from the manifest's details;
+    otherwise ``produce(dataset)`` makes it.
+    """
+
+    name: str
+    anchor: str
+
+    def folder(self, dataset: Dataset) -> Path: ...
+
+    def config(self, dataset: Dataset) -> dict[str, Any]: ...
+
+    def produce(self, dataset: Dataset) -> Product: ...
+
+    def reused(self, dataset: Dataset, details: dict[str, Any]) -> Any: ...
+
+
+@dataclass(frozen=True)
+class ProductResult:
+    """A ``FileStage``'s result on one dataset: where its files are, the seconds, whether a stored product was kept,
+    and the stage's outcome (its report)."""
+
+    dataset: str
+    folder: Path
+    seconds: float
+    outcome: Any = None
+    reused: bool = False

@@ -1,4 +1,10 @@
-"""The one runner: resume, evaluation, storage and the manifest, for every stage alike."""
+"""The one runner: resume, evaluation, storage and the manifest, for every stage alike.
+
+``run_stage`` runs a ``Stage`` (its product is a ``Run``: evaluated, stored as a result set); ``run_file_stage`` a
+``FileStage`` (its product is files, such as an expansion file). Both go through the datasets one at a time in the
+same way, store each dataset's files atomically with their manifest last, and keep a stored product made by the
+same configuration on the same data.
+"""
 
 from __future__ import annotations
 
@@ -9,13 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from r2med.datasets.model import Dataset
-from r2med.errors import DamagedFileError, IncompleteResultError
+from r2med.errors import IncompleteResultError
 from r2med.evaluation import evaluate
-from r2med.io.atomic import recorded_writes, remove_file, write_jsonl_atomic
+from r2med.io.atomic import recorded_writes, write_jsonl_atomic
 from r2med.io.lock import DirectoryLock
-from r2med.manifest import build_manifest, load_manifest, write_manifest
-from r2med.stages.base import DatasetResult, Stage
-from r2med.store.result_set import ResultFiles, recorded_files, reusable_scores
+from r2med.manifest import build_manifest, write_manifest
+from r2med.stages.base import DatasetResult, FileStage, ProductResult, Stage
+from r2med.stages.products import retire, stored_product, write_product
+from r2med.store.result_set import reusable_scores
 from r2med.store.results import result_files, write_result
 
 logger = logging.getLogger(__name__)
@@ -36,8 +43,13 @@ def stage_config(stage: Stage, dataset: Dataset) -> dict[str, Any]:
         "system": str(stage.where),
         **stage.config(dataset),
         "ignore_identical_ids": stage.ignore_identical_ids,
-        "dataset": {"name": dataset.name, "revision": dataset.revision, "sha256": dict(dataset.sha256)},
+        "dataset": data_key(dataset),
     }
+
+
+def data_key(dataset: Dataset) -> dict[str, Any]:
+    """What of ``dataset`` keys a product made of it: its name, revision and file hashes."""
+    return {"name": dataset.name, "revision": dataset.revision, "sha256": dict(dataset.sha256)}
 
 
 def run_stage(
@@ -65,34 +77,89 @@ def run_stage(
     """
     own = lock is None
     held = DirectoryLock(output) if lock is None else lock
-    results = []
-    incomplete: list[str] = []
+
+    def step(dataset: Dataset, start: float) -> tuple[DatasetResult | None, str | None]:
+        held.acquire()
+        config = stage_config(stage, dataset)
+        files = result_files(output, stage.where, dataset.name)
+        scores = reusable_scores(files, config, dataset=dataset.name) if resume else None
+        if scores is not None:
+            logger.info("%s: reusing the stored result %s (same configuration and data)", dataset.name, files.result)
+            return DatasetResult(dataset.name, scores, files, 0.0, reused=True), None
+        try:
+            return _compute(stage, dataset, config, output, start), None
+        except IncompleteResultError as exc:  # its files are written; the other datasets still run
+            return None, str(exc)
+
     try:
-        for item in datasets:
-            start = time.perf_counter()
-            dataset = item() if callable(item) else item
-            held.acquire()
-            config = stage_config(stage, dataset)
-            files = result_files(output, stage.where, dataset.name)
-            scores = reusable_scores(files, config, dataset=dataset.name) if resume else None
-            if scores is not None:
-                logger.info("%s: reusing the stored result %s (same configuration and data)", dataset.name, files.result)
-                result = DatasetResult(dataset.name, scores, files, 0.0, reused=True)
-            else:
-                try:
-                    result = _compute(stage, dataset, config, output, start)
-                except IncompleteResultError as exc:  # its files are written; the other datasets still run
-                    logger.error("%s: %s", dataset.name, exc)
-                    incomplete.append(f"{dataset.name}: {exc}")
-                    continue
-            results.append(result)
-            if on_result is not None:
-                on_result(result)
+        return _each(datasets, step, on_result, str(stage.where))
     finally:
         if own:
             held.release()
+
+
+def run_file_stage(
+    stage: FileStage,
+    datasets: Iterable[DatasetSource],
+    *,
+    resume: bool = True,
+    on_result: Callable[[ProductResult], None] | None = None,
+) -> list[ProductResult]:
+    """Make and store ``stage``'s files for each dataset, one at a time (``datasets`` as for ``run_stage``).
+
+    Each dataset's folder (``stage.folder``) is locked while its files are made (``ResultsBusyError``, exit 6, for a
+    second process). With ``resume`` a stored product whose manifest records the same configuration and dataset
+    files, and whose files match it, is kept (its outcome from ``stage.reused``); a file of it edited or damaged is
+    DamagedFileError (exit 5) naming it. Otherwise the product is made, its files written atomically and their
+    manifest last (``r2med.stages.products``). An incomplete product (``Product.problem``) is written without a
+    manifest, handed to ``on_result`` like the others, and the run ends with ``IncompleteResultError`` (exit 6)
+    after the other datasets; a product's ``halt`` is raised as soon as its files are written.
+    """
+
+    def step(dataset: Dataset, start: float) -> tuple[ProductResult, str | None]:
+        folder = stage.folder(dataset)
+        anchor = folder / f"{stage.anchor}.json"
+        with DirectoryLock(folder) as lock:
+            lock.acquire()
+            config = {"system": stage.name, **stage.config(dataset), "dataset": data_key(dataset)}
+            details = stored_product(anchor, config, dataset=dataset.name) if resume else None
+            if details is not None:
+                logger.info("%s: keeping the stored files of %s in %s (same configuration and data)", dataset.name,
+                            stage.name, folder)
+                outcome = stage.reused(dataset, details)
+                return ProductResult(dataset.name, folder, time.perf_counter() - start, outcome, reused=True), None
+            product = stage.produce(dataset)
+            write_product(anchor, product, system=stage.name, dataset=dataset, config=config, start=start)
+        if product.halt is not None:
+            raise product.halt
+        return ProductResult(dataset.name, folder, time.perf_counter() - start, product.outcome), product.problem
+
+    return _each(datasets, step, on_result, stage.name)
+
+
+#: one dataset's turn: its result (None when it has none) and why it is incomplete (None when it is not)
+Step = Callable[[Dataset, float], tuple[Any, str | None]]
+
+
+def _each(datasets: Iterable[DatasetSource], step: Step, on_result: Callable[[Any], None] | None,
+          name: str) -> list[Any]:
+    """``step`` on each dataset in turn (a loader is called when its turn comes): the results, each handed to
+    ``on_result`` as it comes; IncompleteResultError at the end naming every incomplete dataset."""
+    results = []
+    incomplete: list[str] = []
+    for item in datasets:
+        start = time.perf_counter()
+        dataset = item() if callable(item) else item
+        result, problem = step(dataset, start)
+        if problem is not None:
+            logger.error("%s: %s", dataset.name, problem)
+            incomplete.append(f"{dataset.name}: {problem}")
+        if result is not None:
+            results.append(result)
+            if on_result is not None:
+                on_result(result)
     if incomplete:
-        raise IncompleteResultError(f"{stage.where}: {len(incomplete)} dataset(s) incomplete, their results not stored "
+        raise IncompleteResultError(f"{name}: {len(incomplete)} dataset(s) incomplete, their results not stored "
                                     f"(rerun to finish them): " + "; ".join(incomplete))
     return results
 
@@ -106,7 +173,7 @@ def _compute(stage: Stage, dataset: Dataset, config: dict[str, Any], output: Pat
     seconds = time.perf_counter() - start
     planned = result_files(output, stage.where, dataset.name)
     artifact_paths = {suffix: planned.artifact(suffix) for suffix in artifacts}
-    _retire(planned, {*planned.scored, *artifact_paths.values()})
+    retire(planned.result, {*planned.scored, *artifact_paths.values()})
     with recorded_writes() as written:
         for suffix, rows in artifacts.items():
             write_jsonl_atomic(artifact_paths[suffix], rows)
@@ -119,19 +186,3 @@ def _compute(stage: Stage, dataset: Dataset, config: dict[str, Any], output: Pat
     logger.info("%s: nDCG@10 %.5f (%d queries) -> %s", dataset.name, scores.aggregate["ndcg_at_10"],
                 scores.n_queries, files.result)
     return DatasetResult(dataset.name, scores, files, seconds, details=details)
-
-
-def _retire(files: ResultFiles, keep: set[Path]) -> None:
-    """Before a new set is written: remove the old set's files the new one will not replace, then its manifest.
-
-    In this order a kill at any point leaves either the old set whole but for files it no longer matches, or no
-    manifest at all: never a manifest beside files it does not describe, nor an old artifact beside a new set.
-    """
-    try:
-        manifest = load_manifest(files.result)
-        old = set(recorded_files(files, manifest)) if manifest is not None else set()
-    except DamagedFileError:
-        old = set()
-    for stale in sorted(old - keep - {files.manifest}):
-        remove_file(stale)
-    remove_file(files.manifest)

@@ -114,7 +114,11 @@ def set_of(path: Path) -> ResultFiles | None:
 
 def recorded_files(files: ResultFiles, manifest: dict[str, Any]) -> dict[Path, Digest]:
     """``path -> Digest`` of every file the manifest of ``files`` records (DamagedFileError if it records none)."""
-    path = files.manifest
+    return recorded_at(files.manifest, manifest)
+
+
+def recorded_at(path: Path, manifest: dict[str, Any]) -> dict[Path, Digest]:
+    """``path -> Digest`` of every file the manifest at ``path`` records (any set: a result set, an expansion set)."""
     raw = manifest.get("files")
     if raw is None:
         raise DamagedFileError(path, "has no checksums of its files (an older r2med wrote it), so they cannot be verified")
@@ -176,6 +180,17 @@ def verified_set(files: ResultFiles, manifest: dict[str, Any], *, only: Iterable
     except DamagedFileError as exc:
         raise DamagedFileError(exc.path, exc.reason, fix) from None
     return StoredSet(files, manifest, digests, fix)
+
+
+def verify_recorded(path: Path, manifest: dict[str, Any]) -> dict[Path, Digest]:
+    """Every file the manifest at ``path`` records, checked against it (DamagedFileError naming the file)."""
+    digests = recorded_at(path, manifest)
+    for member, digest in digests.items():
+        try:
+            verify_file(member, digest)
+        except DamagedFileError as exc:
+            raise DamagedFileError(member, f"{exc.reason} ({path.name})") from None
+    return digests
 
 
 # ------------------------------------------------------------------ reuse: the runner
