@@ -262,3 +262,15 @@ def test_a_reranker_kind_with_options_is_its_module_and_one_row(monkeypatch):
         parse_spec({"retriever": [{"name": "bm25"}], "reranker": {"name": "reverse", "depth": 0}}, base=Path("."))
     rr.make_reranker("reverse", {"depth": 2})
     assert built == [ReverseOptions(depth=2)]
+
+
+def test_max_tokens_keys_a_stored_result():
+    """A limit of tokens is not a credential: two agents that differ only in max_tokens have different keys."""
+    from r2med.agent.config import AgentConfig
+    from r2med.manifest import config_sha256
+
+    def key(max_tokens):
+        return config_sha256({"agent": AgentConfig(style="search-r1", llm_model="m", base_url="http://x/v1",
+                                                   chat_template="raw", max_tokens=max_tokens).key()})
+
+    assert key(512) != key(1024)

@@ -41,11 +41,19 @@ PACKAGES = (
     "numpy", "scipy", "pytrec-eval-terrier", "huggingface_hub", "torch", "transformers", "sentence-transformers",
     "peft", "openai", "tqdm",
 )
-_SECRET = re.compile(r"(api[_-]?key|token|secret|password|authorization|credential)", re.IGNORECASE)
+#: a key that names a credential: an API key (not the NAME of its variable), a token (not a count of tokens), ...
+_SECRET = re.compile(r"(api[_-]?key(?![_-]env)|(?:^|[_-])token$|secret|password|authorization|credential)",
+                     re.IGNORECASE)
 
 
 def scrub(value: Any) -> Any:
-    """A copy of ``value`` without any mapping key that names a credential."""
+    """A copy of ``value`` without any mapping key that names a credential.
+
+    Counts and limits of tokens are kept (they change results and key them):
+
+    >>> scrub({"api_key": "sk-1", "hf_token": "x", "max_tokens": 512, "prompt_tokens": 9, "api_key_env": "KEY"})
+    {'max_tokens': 512, 'prompt_tokens': 9, 'api_key_env': 'KEY'}
+    """
     if isinstance(value, dict):
         return {k: scrub(v) for k, v in value.items() if not _SECRET.search(str(k))}
     if isinstance(value, (list, tuple)):
