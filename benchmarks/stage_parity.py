@@ -131,7 +131,9 @@ def run(out: Path, src: Path, only: list[str] | None = None) -> int:
                     print(f"{command.name} ({attempt}): {problem}", file=sys.stderr)
                     return 1
                 print(f"{command.name} ({attempt}): {timings[f'{command.name} ({attempt})']} s", file=sys.stderr)
-    (out / f"timings{'-' + '-'.join(only) if only else ''}.json").write_text(json.dumps(timings, indent=2))
+    known = out / "timings.json"  # an --only run adds its commands' seconds to the file
+    earlier = json.loads(known.read_text()) if only and known.is_file() else {}
+    known.write_text(json.dumps({**earlier, **timings}, indent=2))
     return 0
 
 
