@@ -274,3 +274,30 @@ def test_max_tokens_keys_a_stored_result():
                                                    chat_template="raw", max_tokens=max_tokens).key()})
 
     assert key(512) != key(1024)
+
+
+def test_a_result_stored_by_an_older_r2med_is_recomputed_once_with_a_warning(tmp_path, capsys):
+    """An older r2med keyed results without the declared options (no config_format): such a result is recomputed
+    once, with a warning naming it, and its files come out byte-identical."""
+    from r2med.manifest import config_sha256, write_manifest
+
+    out = tmp_path / "results"
+    argv = ["run", "-q", "--data-dir", str(TINY), "--output", str(out), "--no-cache"]
+    assert main(argv) == 0
+    folder = out / "base retriever" / "bm25"
+    before = {p.name: p.read_bytes() for p in folder.glob("tiny.*") if "manifest" not in p.name and p.suffix != ".json"}
+    assert set(before) == {"tiny.run", "tiny.per_query.jsonl"}
+    manifest_file = folder / "tiny.manifest.json"
+    manifest = json.loads(manifest_file.read_text())
+    old = {k: v for k, v in manifest["config"].items() if k != "config_format"}  # what r2med 0.1.0 keyed by
+    old["retriever"] = {k: v for k, v in old["retriever"].items() if k != "options"}
+    write_manifest(folder / "tiny.json", {**manifest, "config": old, "config_sha256": config_sha256(old)})
+    capsys.readouterr()
+    assert main([*argv[:1], *argv[2:]]) == 0
+    err = capsys.readouterr().err
+    assert (f"r2med: WARNING: tiny: {folder / 'tiny.json'} was stored by an older r2med (configuration format 1, now "
+            "2); recomputing it once") in err
+    assert {name: (folder / name).read_bytes() for name in before} == before
+    assert json.loads(manifest_file.read_text())["config"]["config_format"] == 2
+    assert main([*argv[:1], *argv[2:]]) == 0  # once: the next run reuses it, silently
+    assert "older r2med" not in capsys.readouterr().err
