@@ -301,3 +301,11 @@ def test_a_result_stored_by_an_older_r2med_is_recomputed_once_with_a_warning(tmp
     assert json.loads(manifest_file.read_text())["config"]["config_format"] == 2
     assert main([*argv[:1], *argv[2:]]) == 0  # once: the next run reuses it, silently
     assert "older r2med" not in capsys.readouterr().err
+
+
+def test_the_agent_searches_with_a_retriever_and_its_inline_options():
+    table = {"style": "search-r1", "llm_model": "m", "base_url": "http://x/v1", "search_with": "bm25:variant=lucene"}
+    spec = parse_spec({"agent": table}, base=Path("."), source="p.toml")
+    assert spec.agent.search_with.resolved() == BM25Options(variant="lucene")
+    with pytest.raises(InvalidInputError, match=r"p.toml \[agent\] search_with 'bm25:k=2': unknown option 'k'"):
+        parse_spec({"agent": {**table, "search_with": "bm25:k=2"}}, base=Path("."), source="p.toml")

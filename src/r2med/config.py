@@ -220,7 +220,11 @@ def _agent(table: dict[str, Any], where: str, base: Path) -> AgentSpec:
     if not isinstance(search_with, str):
         raise InvalidInputError(f"{where}: search_with must be a string, got {search_with!r} (write it in quotes)")
     knowledge = _path(table["knowledge_dir"], base, f"{where}: knowledge_dir") if "knowledge_dir" in table else None
-    return AgentSpec(config, RetrieverSpec(search_with), knowledge)
+    try:
+        search = RetrieverSpec.parse(search_with, where=f"{where} search_with {search_with!r}")
+    except UsageError as exc:
+        raise InvalidInputError(str(exc)) from None
+    return AgentSpec(config, search, knowledge)
 
 
 def parse_spec(raw: dict[str, Any], *, base: Path, source: str = "pipeline spec") -> PipelineSpec:
