@@ -30,7 +30,7 @@ def test_models_list_shows_the_zoo_with_the_protocol_instructions(cli):
 def test_unknown_model_is_a_usage_error(cli, tmp_path):
     result = cli("run", "--retriever", "contriver", "--data-dir", DATA / "tiny", "--output", tmp_path)
     assert result.code == 2 and "unknown retriever 'contriver'; did you mean 'contriever'?" in result.err
-    assert "bm25, contriever, medcpt" in result.err
+    assert "bm25, bm25-lucene, contriever, medcpt" in result.err
     missing = cli("run", "--retriever", str(tmp_path / "no-such-model"), "--data-dir", DATA / "tiny", "--output", tmp_path)
     assert missing.code == 4 and "does not exist" in missing.err
 
