@@ -207,7 +207,7 @@ def test_fused_variants_from_flags_equal_the_pipeline_file(tmp_path, capsys):
     code = main(["run", "-q", "--data-dir", str(TINY), "--output", str(tmp_path / "x"), "--retriever", "bm25",
                  "--retriever", "bm25", "--bm25-variant", "lucene"])
     assert code == 2
-    assert ("retrievers #1 (bm25) and #2 (bm25) would both be 'bm25-lucene'" in capsys.readouterr().err)
+    assert ("retrievers #1 (bm25) and #2 (bm25) would both be stored as 'bm25-lucene'" in capsys.readouterr().err)
 
 
 def test_flags_are_shared_not_declared_twice():
@@ -309,3 +309,79 @@ def test_the_agent_searches_with_a_retriever_and_its_inline_options():
     assert spec.agent.search_with.resolved() == BM25Options(variant="lucene")
     with pytest.raises(InvalidInputError, match=r"p.toml \[agent\] search_with 'bm25:k=2': unknown option 'k'"):
         parse_spec({"agent": {**table, "search_with": "bm25:k=2"}}, base=Path("."), source="p.toml")
+
+
+def test_inline_options_take_commas_and_colons_in_values_and_refuse_repeats(tmp_path):
+    assert split_inline("rrf:k=30,weights=1,2") == ("rrf", {"k": "30", "weights": "1,2"})
+    assert split_inline("nv:query_instruction=Given a question, retrieve: the passage") == (
+        "nv", {"query_instruction": "Given a question, retrieve: the passage"})
+    assert split_inline("openai:Qwen/Qwen3-Embedding-8B:batch_size=4") == (  # the first ':' before key= starts them
+        "openai:Qwen/Qwen3-Embedding-8B", {"batch_size": "4"})
+    model = tmp_path / "lr:k=1"  # an existing directory is a name, whatever it looks like
+    model.mkdir()
+    assert split_inline(str(model)) == (str(model), {})
+    with pytest.raises(UsageError, match=r"--fuse rrf:k=1,k=2: k is given twice; keep one"):
+        split_inline("rrf:k=1,k=2", "--fuse rrf:k=1,k=2")
+    with pytest.raises(UsageError, match=r"bm25:k1=1.2,,b=0.5: an empty option"):
+        split_inline("bm25:k1=1.2,,b=0.5")
+    with pytest.raises(UsageError, match=r"bm25:b=0.5,: an empty option"):
+        split_inline("bm25:b=0.5,")
+    # a known retriever with ':' and no key=value is a typo, not a model id
+    with pytest.raises(UsageError, match=r"--retriever bm25:lucene: the options after 'bm25:' must be key=value "
+                                         r"pairs separated by commas, got 'lucene'; valid keys: b, identical_ids, k1"):
+        RetrieverSpec.parse("bm25:lucene")
+
+
+def test_one_retriever_spelled_two_ways_is_one_stored_result():
+    assert RetrieverSpec.parse("bm25-lucene").key() == RetrieverSpec.parse("bm25:variant=lucene").key()
+    assert RetrieverSpec.parse("bm25").key() != RetrieverSpec.parse("bm25-lucene").key()
+    from r2med.config import RerankSpec
+    from r2med.pipeline import reranker_key
+
+    assert reranker_key(RerankSpec("mono")) == reranker_key(RerankSpec("monobert"))
+
+
+def test_run_gives_each_component_its_own_flags():
+    """--batch-size is the dense retriever's, --rerank-batch-size the reranker's; --device reaches both."""
+    from r2med.cli.run import build_spec
+
+    args = build_parser().parse_args(["run", "--retriever", "bm25", "--retriever", "Qwen/Qwen3-Embedding-0.6B",
+                                      "--batch-size", "3", "--reranker", "mono", "--rerank-batch-size", "5",
+                                      "--device", "cpu"])
+    spec = build_spec(args)
+    dense = spec.retrievers[1].resolved()
+    assert (dense.batch_size, dense.device) == (3, "cpu")
+    assert (spec.reranker.options.batch_size, spec.reranker.options.device) == (5, "cpu")
+
+
+def test_a_pipeline_file_with_a_reranker_takes_its_device_flag(tmp_path):
+    from r2med.cli.run import build_spec
+
+    file = tmp_path / "p.toml"
+    file.write_text('[[retriever]]\nname = "bm25"\n', encoding="utf-8")
+    args = build_parser().parse_args(["run", "--config", str(file), "--reranker", "mono", "--device", "cpu"])
+    assert build_spec(args).reranker.options.device == "cpu"
+
+
+def test_an_unset_key_variable_fails_before_the_first_stage(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("R2MED_TEST_NO_SUCH_KEY", raising=False)
+    out = tmp_path / "results"
+    code = main(["run", "-q", "--data-dir", str(TINY), "--output", str(out), "--no-cache", "--reranker", "listwise",
+                 "--llm-model", "m", "--base-url", "http://127.0.0.1:9/v1", "--api-key-env", "R2MED_TEST_NO_SUCH_KEY"])
+    assert code == 2
+    assert "--api-key-env R2MED_TEST_NO_SUCH_KEY: that environment variable is not set" in capsys.readouterr().err
+    assert not (out / "base retriever").exists()  # BM25 did not run first
+
+
+def test_a_bm25_composition_is_a_variant_of_the_expansion_method(capsys):
+    from r2med.expansion.options import _compositions
+
+    assert _compositions() == ("query2doc-spaced",)
+    code = main(["run", "--expansion", "hyde/o3-mini", "--bm25-composition", "query2doc-spaced"])
+    assert code == 2
+    assert ("--bm25-composition query2doc-spaced is for query2doc expansions, not hyde (--expansion hyde/o3-mini)"
+            in capsys.readouterr().err)
+    with pytest.raises(SystemExit) as exited:  # the official one is the default, named by no flag
+        main(["run", "--expansion", "query2doc/o3-mini", "--bm25-composition", "query2doc"])
+    assert exited.value.code == 2
+    assert "--bm25-composition: must be one of 'query2doc-spaced', got 'query2doc'" in capsys.readouterr().err

@@ -114,6 +114,8 @@ class PipelineSpec:
             raise UsageError("a stored first stage is only read to be reranked: name a reranker")
         if self.bm25_composition and not self.expansion:
             raise UsageError("--bm25-composition needs --expansion METHOD/LLM")
+        if self.bm25_composition:
+            _check_composition(self.bm25_composition, self.expansion)
         if self.name is not None:  # the fused system's folder: fusion/<name>/
             check_name(self.name, what="--name")
         if self.first_stage_system is not None:  # a folder: reranker/<reranker>/<system>/
@@ -124,11 +126,28 @@ class PipelineSpec:
                 system = spec.system()
                 if system in seen:
                     first = self.retrievers[seen[system] - 1]
-                    raise UsageError(
-                        f"retrievers #{seen[system]} ({first.name}) and #{i} ({spec.name}) would both be "
-                        f"'{system}': give them different options (e.g. --retriever bm25 --retriever "
-                        "bm25:variant=lucene), or fuse them once")
+                    if first.key() == spec.key():
+                        fix = ("the same retriever twice; drop one, or name each variant (--retriever bm25 "
+                               "--retriever bm25:variant=lucene)")
+                    else:  # options that do not name the folder (a dense model's instructions, batch size)
+                        fix = ("their options differ, but a retriever's results folder is named by its model or BM25 "
+                               "variant only: run the variants one at a time (each its own --output), then "
+                               "r2med fuse their runs")
+                    raise UsageError(f"retrievers #{seen[system]} ({first.name}) and #{i} ({spec.name}) would both "
+                                     f"be stored as '{system}': {fix}")
                 seen[system] = i
+
+
+def _check_composition(name: str, expansion: str) -> None:
+    """A BM25 composition is one method's (``query2doc-spaced`` is query2doc's): another method's expansions are a
+    UsageError now, not after the first stages ran."""
+    from r2med.expansion.methods import bm25_compositions
+
+    found = bm25_compositions().get(name)
+    method = expansion.partition("/")[0].strip().lower()
+    if found is not None and found.method != method:
+        raise UsageError(f"--bm25-composition {name} is for {found.method} expansions, not {method} "
+                         f"(--expansion {expansion}); drop it or use --expansion {found.method}/LLM")
 
 
 def _table(raw: dict[str, Any], key: str, where: str) -> dict[str, Any]:

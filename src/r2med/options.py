@@ -257,12 +257,14 @@ def values_from_table(cls: type, table: Mapping[str, Any], where: str, *, ignore
     ignore = set(ignore)
     check_keys(table, set(keys) | ignore, where)
     values: dict[str, Any] = {}
+    seen: dict[str, str] = {}
     for key, value in table.items():
         if key in ignore:
             continue
         opt = keys[key]
-        if opt.name in values:
-            raise InvalidInputError(f"{where}: {key} and {opt.name} are the same option; keep one")
+        if opt.name in seen:
+            raise InvalidInputError(f"{where}: {seen[opt.name]} and {key} are the same option; keep one")
+        seen[opt.name] = key
         values[opt.name] = opt.check(value, where, key)
     return values
 
@@ -277,17 +279,47 @@ def from_table(cls: type, table: Mapping[str, Any], where: str, *, ignore: Itera
         raise InvalidInputError(f"{where}: {exc}") from None
 
 
-_INLINE = re.compile(r"^[A-Za-z_][\w-]*=[^,]*(,[A-Za-z_][\w-]*=[^,]*)*$")
+_KEY = re.compile(r"\s*([A-Za-z_][\w-]*)\s*=")
 
 
-def split_inline(text: str) -> tuple[str, dict[str, str]]:
-    """``NAME:key=value,key=value`` -> ``(NAME, {key: value})``; a name whose last ``:`` part is not ``key=value``
-    pairs (``openai:MODEL``, a path) has no inline options. Values are strings (see :func:`values_from_text`)."""
-    head, sep, tail = text.rpartition(":")
-    if not sep or not head or not _INLINE.match(tail):
+def split_inline(text: str, where: str | None = None) -> tuple[str, dict[str, str]]:
+    """``NAME:key=value,key=value`` -> ``(NAME, {key: value})``; values are strings (see :func:`values_from_text`).
+
+    The options start at the first ``:`` followed by ``key=``: a name without one (``openai:MODEL``, a hub id) has
+    none, and an existing file or directory is always a name (``/models/lr:k=1``). A comma not followed by ``key=``
+    belongs to the value (``rrf:weights=1,2``, an instruction with commas). A key given twice or an empty option
+    (``k1=1.2,,b=0.5``) is a UsageError naming ``where`` (default: the text).
+
+    >>> split_inline("rrf:k=30,weights=1,2"), split_inline("nv:query_instruction=Given a question, retrieve: a")
+    (('rrf', {'k': '30', 'weights': '1,2'}), ('nv', {'query_instruction': 'Given a question, retrieve: a'}))
+    >>> split_inline("bm25:k1=1.2,k1=1.5")
+    Traceback (most recent call last):
+    ...
+    r2med.errors.UsageError: bm25:k1=1.2,k1=1.5: k1 is given twice; keep one
+    """
+    import os
+
+    where = where or text
+    if os.path.exists(os.path.expanduser(text)):
         return text, {}
-    pairs = dict(part.split("=", 1) for part in tail.split(","))
-    return head, {key.strip().replace("-", "_"): value.strip() for key, value in pairs.items()}
+    at = next((i for i, char in enumerate(text) if char == ":" and i and _KEY.match(text, i + 1)), None)
+    if at is None:
+        return text, {}
+    pairs: dict[str, str] = {}
+    key = None
+    for part in text[at + 1:].split(","):
+        found = _KEY.match(part)
+        if found:
+            key = found.group(1).replace("-", "_")
+            if key in pairs:
+                raise UsageError(f"{where}: {key} is given twice; keep one")
+            pairs[key] = part[found.end():]
+        elif not part.strip():
+            raise UsageError(f"{where}: an empty option (two commas, or one at the end); write NAME:key=value,key=value")
+        else:
+            assert key is not None  # the first part matched _KEY
+            pairs[key] += "," + part
+    return text[:at], {key: value.strip() for key, value in pairs.items()}
 
 
 def values_from_text(classes: Sequence[type], pairs: Mapping[str, str], where: str) -> dict[str, Any]:

@@ -45,6 +45,7 @@ def run_pipeline(
     """
     settings = settings or get_settings()
     check_output_dir(spec.output)  # a file, under a file or unwritable: an error now, not after the work
+    _check_llms(spec, client)
     cache_dir = usable_cache_dir(settings.home) if spec.cache else None
     n_stages = max(len(spec.retrievers), 1) + (spec.fusion is not None) + (spec.reranker is not None)
     named = dataset_loaders(list(spec.datasets) if spec.datasets else None, data_dir=spec.data_dir, settings=settings,
@@ -177,11 +178,30 @@ def run(
     return summarise(list(stages.values())[-1])
 
 
-def reranker_key(rerank: RerankSpec) -> dict[str, Any]:
-    """What keys a reranked result besides the reranker's own description: its name and declared options."""
-    from r2med.rerankers.registry import options_for, reranker_kind
+def _reranker_options(rerank: RerankSpec) -> Any:
+    from r2med.rerankers.registry import options_for
 
     options = rerank.options
-    if options is None or isinstance(options, dict):
-        options = options_for(rerank.name, options)
-    return {"kind": reranker_kind(rerank.name).name, "name": rerank.name, "options": key_of(options)}
+    return options_for(rerank.name, options) if options is None or isinstance(options, dict) else options
+
+
+def _check_llms(spec: PipelineSpec, client: Any) -> None:
+    """An LLM stage (the listwise reranker, the agent) with no model or an unset ``--api-key-env`` variable fails
+    before any work, not after the first stages ran."""
+    from r2med.llm.endpoint import LLMOptions
+
+    if spec.agent is not None and client is None:
+        spec.agent.config.ready()
+    if spec.reranker is not None:
+        options = _reranker_options(spec.reranker)
+        if isinstance(options, LLMOptions):
+            options.ready()
+
+
+def reranker_key(rerank: RerankSpec) -> dict[str, Any]:
+    """What keys a reranked result besides the reranker's own description: its kind, canonical name and declared
+    options (``mono`` and ``monobert`` are one reranker, and one stored result)."""
+    from r2med.rerankers.registry import resolve_reranker
+
+    found = resolve_reranker(rerank.name)
+    return {"kind": found.kind, "name": found.name, "options": key_of(_reranker_options(rerank))}

@@ -38,17 +38,20 @@ def build_spec(args: argparse.Namespace):
     """The ``PipelineSpec`` of ``--config FILE`` or of the flags (retrievers, expansion, fusion, reranker)."""
     from r2med.config import ExpansionOptions, PipelineOptions, PipelineSpec, RerankSpec, load_spec
     from r2med.options import Flags
-    from r2med.retrievers.registry import RetrieverSpec
+    from r2med.rerankers.registry import option_classes
+    from r2med.retrievers.registry import RetrieverSpec, retriever_option_classes
 
     sets = flag_sets()
-    values = given(args, sets)
+    # each component reads its own flags: the dense --batch-size and the reranker's --rerank-batch-size are both
+    # "batch_size", and a flag two components share (--device) reaches both
+    values = given(args, [f for f in sets if f.cls in retriever_option_classes()])
     stage = next(f for f in sets if f.cls.__name__ == "RerankStageOptions").build(args)
     rerank = None
     if args.reranker:
         from r2med.rerankers.registry import options_for
 
         rerank = RerankSpec(args.reranker, top_k=stage.top_k, truncate=stage.truncate,
-                            options=options_for(args.reranker, values))
+                            options=options_for(args.reranker, given(args, [f for f in sets if f.cls in option_classes()])))
     if args.config is not None:
         named = {"--retriever": args.retriever, "--fuse": args.fuse, "--tasks": args.tasks,
                  **{f: True for f in _pipeline_flags(args, sets)}}
@@ -72,11 +75,15 @@ def build_spec(args: argparse.Namespace):
 def _pipeline_flags(args: argparse.Namespace, sets: list) -> list[str]:
     """The retriever, expansion and pipeline flags given (a ``--config`` file sets those itself)."""
     from r2med.config import ExpansionOptions, PipelineOptions
+    from r2med.rerankers.registry import option_classes
     from r2med.retrievers.registry import retriever_option_classes
 
     owned = {PipelineOptions, ExpansionOptions, *retriever_option_classes()}
-    return [flags.flag(opt) for flags in sets if flags.cls in owned for opt in flags.options()
-            if hasattr(args, flags.dest(flags.flag(opt)))]
+    # a flag a reranker shares with the retrievers (--device) is the reranker's when --reranker is given
+    reranker_flags = ({flags.flag(opt) for flags in sets if flags.cls in option_classes() for opt in flags.options()}
+                      if args.reranker else set())
+    return list(dict.fromkeys(flags.flag(opt) for flags in sets if flags.cls in owned for opt in flags.options()
+                              if hasattr(args, flags.dest(flags.flag(opt))) and flags.flag(opt) not in reranker_flags))
 
 
 def _fusion(text: str | None):
@@ -85,7 +92,7 @@ def _fusion(text: str | None):
     from r2med.fusion import fusion_method
     from r2med.options import split_inline, values_from_text
 
-    method, pairs = split_inline(text or "rrf")
+    method, pairs = split_inline(text or "rrf", f"--fuse {text}")
     found = fusion_method(method)
     return FusionSpec(method, values_from_text([found.options], pairs, f"--fuse {text}"))
 

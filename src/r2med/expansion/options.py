@@ -11,9 +11,10 @@ from r2med.options import option, redefault
 
 
 def _compositions() -> tuple[str, ...]:
+    """The variants only: the official composition is the default, named by no flag."""
     from r2med.expansion.methods import bm25_compositions
 
-    return tuple(bm25_compositions())
+    return tuple(name for name, c in bm25_compositions().items() if name != c.method)
 
 
 @dataclass(frozen=True, kw_only=True)

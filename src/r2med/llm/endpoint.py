@@ -61,6 +61,12 @@ class LLMOptions:
             raise UsageError(f"--api-key-env {self.api_key_env}: that environment variable is not set")
         return key
 
+    def ready(self) -> None:
+        """UsageError now, before any work, when no model is given or ``api_key_env`` names an unset variable."""
+        if not self.llm_model:
+            raise UsageError("no LLM given: pass --llm-model MODEL (and --base-url URL)")
+        self.api_key()
+
     def sampling(self, defaults: Mapping[str, Any] | None = None) -> SamplingParams:
         """The sampling sent: each option given, ``defaults`` (the component's) for the rest; ``"none"`` sends none."""
         values = {}
@@ -78,7 +84,6 @@ class LLMOptions:
         """A ``ChatClient`` for ``llm_model`` at ``base_url`` with this endpoint's key, timeout and retries."""
         from r2med.llm.client import ChatClient
 
-        if not self.llm_model:
-            raise UsageError("no LLM given: pass --llm-model MODEL (and --base-url URL)")
+        self.ready()
         return ChatClient(self.llm_model, base_url, api_key=self.api_key(), api_key_env=self.api_key_env,
                           timeout=self.timeout, max_retries=self.max_retries, **kwargs)

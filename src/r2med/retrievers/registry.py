@@ -65,9 +65,12 @@ class RetrieverSpec:
               where: str | None = None) -> RetrieverSpec:
         """``NAME`` or ``NAME:key=value,...`` (``--retriever``); ``given``: the values of the command's flags (every
         family's, by option name: each family takes its own), overridden by the inline ones."""
-        name, pairs = split_inline(text)
+        where = where or f"--retriever {text}"
+        name, pairs = split_inline(text, where)
         family = family_of(name)
-        inline = values_from_text([family.options, RetrieverOptions], pairs, where or f"--retriever {text}")
+        if not pairs and family.name == "dense" and ":" in name:
+            _check_not_inline(name, where)
+        inline = values_from_text([family.options, RetrieverOptions], pairs, where)
         identical = inline.pop("identical_ids", identical_ids)
         own = {key: value for key, value in (given or {}).items() if key in family.option_names()}
         return cls(name, {**own, **inline}, identical)
@@ -87,12 +90,33 @@ class RetrieverSpec:
         return self.family().system(self, self.resolved())
 
     def key(self) -> dict[str, Any]:
-        """What keys a stored result of this retriever, from its declared options (no component can forget it)."""
-        out = {"family": self.family().name, "name": self.name, "options": key_of(self.resolved()),
+        """What keys a stored result of this retriever, from its declared options (no component can forget it); named
+        by its results folder, so one retriever spelled two ways (``bm25-lucene``, ``bm25:variant=lucene``; a zoo
+        name and its model's) is one stored result.
+
+        >>> RetrieverSpec.parse("bm25-lucene").key() == RetrieverSpec.parse("bm25:variant=lucene").key()
+        True
+        """
+        out = {"family": self.family().name, "name": self.system(), "options": key_of(self.resolved()),
                "identical_ids": self.identical_ids}
         if self.encoder is not None:
             out["encoder"] = self.encoder.name
         return out
+
+
+def _check_not_inline(name: str, where: str) -> None:
+    """``bm25:lucene``, ``nv:batch_size 8``: a known retriever followed by ``:`` and no ``key=value`` is a mistake,
+    not a model id (UsageError naming the options it takes)."""
+    from r2med.options import options_of
+    from r2med.retrievers.dense.zoo import model_registry
+
+    head, _, tail = name.partition(":")
+    known = {fixed: family for family in FAMILIES for fixed in family.names}
+    family = known.get(head.strip().lower()) or (FAMILIES[-1] if head.strip() in model_registry() else None)
+    if family is not None:
+        names = sorted(opt.name for cls in (family.options, RetrieverOptions) for opt in options_of(cls))
+        raise UsageError(f"{where}: the options after '{head}:' must be key=value pairs separated by commas, got "
+                         f"{tail!r}; valid keys: {', '.join(names)}")
 
 
 #: ``(spec, options, runtime) -> Retriever``
