@@ -34,7 +34,7 @@ def test_manifest_records_what_made_the_result_and_no_secret(cli, tmp_path, monk
         "options": {"family": "bm25", "name": "bm25", "options": {"variant": "r2med", "k1": 0.9, "b": 0.4},
                     "identical_ids": None},
     }
-    assert manifest["config"]["config_format"] == 2
+    assert manifest["config"]["config_format"] == 3
     assert manifest["config"]["top_k"] == 3
     import hashlib
 

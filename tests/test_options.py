@@ -296,9 +296,9 @@ def test_a_result_stored_by_an_older_r2med_is_recomputed_once_with_a_warning(tmp
     assert main([*argv[:1], *argv[2:]]) == 0
     err = capsys.readouterr().err
     assert (f"r2med: WARNING: tiny: {folder / 'tiny.json'} was stored by an older r2med (configuration format 1, now "
-            "2); recomputing it once") in err
+            "3); recomputing it once") in err
     assert {name: (folder / name).read_bytes() for name in before} == before
-    assert json.loads(manifest_file.read_text())["config"]["config_format"] == 2
+    assert json.loads(manifest_file.read_text())["config"]["config_format"] == 3
     assert main([*argv[:1], *argv[2:]]) == 0  # once: the next run reuses it, silently
     assert "older r2med" not in capsys.readouterr().err
 

@@ -25,10 +25,11 @@ from typing import Any
 
 from r2med.agent.config import AgentConfig
 from r2med.errors import InvalidInputError, MissingResourceError, UsageError
+from r2med.expansion.methods import check_composition
 from r2med.expansion.options import ExpansionOptions
 from r2med.io.names import check_name
 from r2med.options import check_keys, from_table, option, options_of, values_from_table
-from r2med.retrievers.registry import RetrieverOptions, RetrieverSpec, family_of
+from r2med.retrievers.registry import RetrieverOptions, RetrieverSpec, check_distinct, family_of
 from r2med.stages.rerank import RerankStageOptions
 
 
@@ -115,39 +116,12 @@ class PipelineSpec:
         if self.bm25_composition and not self.expansion:
             raise UsageError("--bm25-composition needs --expansion METHOD/LLM")
         if self.bm25_composition:
-            _check_composition(self.bm25_composition, self.expansion)
+            check_composition(self.bm25_composition, self.expansion)
         if self.name is not None:  # the fused system's folder: fusion/<name>/
             check_name(self.name, what="--name")
         if self.first_stage_system is not None:  # a folder: reranker/<reranker>/<system>/
             check_name(self.first_stage_system, what="--system")
-        if len(self.retrievers) > 1:
-            seen: dict[str, int] = {}
-            for i, spec in enumerate(self.retrievers, start=1):
-                system = spec.system()
-                if system in seen:
-                    first = self.retrievers[seen[system] - 1]
-                    if first.key() == spec.key():
-                        fix = ("the same retriever twice; drop one, or name each variant (--retriever bm25 "
-                               "--retriever bm25:variant=lucene)")
-                    else:  # options that do not name the folder (a dense model's instructions, batch size)
-                        fix = ("their options differ, but a retriever's results folder is named by its model or BM25 "
-                               "variant only: run the variants one at a time (each its own --output), then "
-                               "r2med fuse their runs")
-                    raise UsageError(f"retrievers #{seen[system]} ({first.name}) and #{i} ({spec.name}) would both "
-                                     f"be stored as '{system}': {fix}")
-                seen[system] = i
-
-
-def _check_composition(name: str, expansion: str) -> None:
-    """A BM25 composition is one method's (``query2doc-spaced`` is query2doc's): another method's expansions are a
-    UsageError now, not after the first stages ran."""
-    from r2med.expansion.methods import bm25_compositions
-
-    found = bm25_compositions().get(name)
-    method = expansion.partition("/")[0].strip().lower()
-    if found is not None and found.method != method:
-        raise UsageError(f"--bm25-composition {name} is for {found.method} expansions, not {method} "
-                         f"(--expansion {expansion}); drop it or use --expansion {found.method}/LLM")
+        check_distinct(self.retrievers)
 
 
 def _table(raw: dict[str, Any], key: str, where: str) -> dict[str, Any]:

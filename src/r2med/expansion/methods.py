@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import NamedTuple
 
+from r2med.errors import UsageError
 from r2med.registry import Registry
 
 #: ``(query, expansion, reasoning, glued) -> BM25 query text``. ``reasoning``: the expansion is a reasoning
@@ -152,3 +153,19 @@ def method_names(*, generated: bool | None = None, published: bool | None = None
 def bm25_compositions() -> Mapping[str, Bm25Composition]:
     """Every named BM25 composition, in table order (each method's official one, then its variants)."""
     return MappingProxyType({c.name: c for m in GAR_METHODS.values() for c in m.compositions()})
+
+
+def check_composition(name: str, expansion: str) -> None:
+    """A BM25 composition is one method's (``query2doc-spaced`` is query2doc's): ``expansion`` (``METHOD/LLM``) of
+    another method is a UsageError now, not after the first stages ran.
+
+    >>> check_composition("query2doc-spaced", "hyde/o3-mini")
+    Traceback (most recent call last):
+    ...
+    r2med.errors.UsageError: --bm25-composition query2doc-spaced is for query2doc expansions, not hyde (--expansion hyde/o3-mini); drop it or use --expansion query2doc/LLM
+    """
+    found = bm25_compositions().get(name)
+    method = expansion.partition("/")[0].strip().lower()
+    if found is not None and found.method != method:
+        raise UsageError(f"--bm25-composition {name} is for {found.method} expansions, not {method} "
+                         f"(--expansion {expansion}); drop it or use --expansion {found.method}/LLM")

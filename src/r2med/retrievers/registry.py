@@ -18,7 +18,7 @@ import difflib
 import os
 import re
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -102,6 +102,23 @@ class RetrieverSpec:
         if self.encoder is not None:
             out["encoder"] = self.encoder.name
         return out
+
+
+def check_distinct(specs: Sequence[RetrieverSpec]) -> None:
+    """Two retrievers of one pipeline that would be stored in one results folder: a UsageError naming both."""
+    seen: dict[str, int] = {}
+    for i, spec in enumerate(specs, start=1):
+        system = spec.system()
+        if system in seen:
+            first = specs[seen[system] - 1]
+            if first.key() == spec.key():
+                fix = "the same retriever twice; drop one, or name each variant (--retriever bm25 --retriever bm25:variant=lucene)"
+            else:  # options that do not name the folder (a dense model's instructions, batch size)
+                fix = ("their options differ, but a retriever's results folder is named by its model or BM25 variant "
+                       "only: run the variants one at a time (each its own --output), then r2med fuse their runs")
+            raise UsageError(f"retrievers #{seen[system]} ({first.name}) and #{i} ({spec.name}) would both be stored "
+                             f"as '{system}': {fix}")
+        seen[system] = i
 
 
 def _check_not_inline(name: str, where: str) -> None:

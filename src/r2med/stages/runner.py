@@ -33,7 +33,7 @@ DatasetSource = Dataset | Callable[[], Dataset]
 
 #: the form of the configuration that keys a stored result; results whose manifests have an older one (none: r2med
 #: before options were declared once) are recomputed once, with a warning (their result files come out the same)
-CONFIG_FORMAT = 2
+CONFIG_FORMAT = 3
 
 
 def stage_config(stage: Stage, dataset: Dataset) -> dict[str, Any]:
