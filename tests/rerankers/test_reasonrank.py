@@ -30,7 +30,8 @@ pytest.importorskip("ftfy", reason="ftfy (the llm extra) is needed for ReasonRan
 
 QWEN_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
                  "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-GEMMA_TEMPLATE = ("{{ bos_token }}{% for m in messages %}{% if m['role'] == 'system' %}{% set sys = m['content'] %}"
+# Gemma's layout without its leading <bos>: llama.cpp's /v1/completions adds one to every prompt
+GEMMA_TEMPLATE = ("{% for m in messages %}{% if m['role'] == 'system' %}{% set sys = m['content'] %}"
                   "{% else %}<start_of_turn>{{ 'model' if m['role'] == 'assistant' else 'user' }}\n"
                   "{% if sys is defined %}{{ sys }}\n\n{% endif %}{{ m['content'] }}<end_of_turn>\n{% endif %}{% endfor %}"
                   "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}")
