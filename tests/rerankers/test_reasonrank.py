@@ -320,3 +320,17 @@ def test_reasonrank_needs_a_server():
     with pytest.raises(UsageError, match=r"pass --base-url, e.g. http://localhost:8000/v1 after 'vllm serve "
                                          r"liuwenhan/reasonrank-32B'"):
         make_reranker("reasonrank-32b")
+
+
+def test_the_registry_rows_are_the_authors_models():
+    """run_rank_llm.sh:11 and :57 (rank_GPT_reasoning), :80 and :93 (rank_GPT_qwen3); folder = the registry name."""
+    from r2med.rerankers.registry import KINDS, reranker_registry, resolve_reranker
+
+    rows = {n: resolve_reranker(n) for n in ("reasonrank-7b", "reasonrank-32b", "reasonrank-8b")}
+    assert {n: (s.kind, s.model, s.prompt_mode, s.folder) for n, s in rows.items()} == {
+        "reasonrank-7b": ("reasonrank", "liuwenhan/reasonrank-7B", "rank_GPT_reasoning", "reasonrank-7b"),
+        "reasonrank-32b": ("reasonrank", "liuwenhan/reasonrank-32B", "rank_GPT_reasoning", "reasonrank-32b"),
+        "reasonrank-8b": ("reasonrank", "liuwenhan/reasonrank-8B", "rank_GPT_qwen3", "reasonrank-8b"),
+    }
+    assert KINDS["reasonrank"].options.__name__ == "ReasonRankOptions"
+    assert set(rows) <= set(reranker_registry().names())
