@@ -9,6 +9,7 @@ cut inside a multi-byte character does with the real tokenizer; its chat templat
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -182,7 +183,7 @@ def test_a_query_of_100_candidates_is_ranked_window_by_window_from_the_back(tmp_
     assert shown_first == [prompt.passage(dataset.corpus[docs[i]]) for i in seen]
     assert ranked_ids(out, "3") == [docs[i] for i in order]
     scores = [s for _, s in out.ranked("3")]
-    assert all(a > b for a, b in zip(scores, scores[1:]))  # strictly decreasing
+    assert all(a > b for a, b in itertools.pairwise(scores))  # strictly decreasing
 
 
 @pytest.mark.parametrize(("text", "n", "order", "source", "repairs"), [

@@ -11,6 +11,7 @@ download away); the passages are cut to DOC_CHARS characters to keep the prompt 
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -62,7 +63,7 @@ def test_reasonrank_runs_to_the_end_with_gemma(gemma_url, tmp_path):
         qid, _, _, _, score, _ = line.split()
         rows.setdefault(qid, []).append(float(score))
     assert sorted(rows) == sorted(qids)
-    assert all(all(a > b for a, b in zip(s, s[1:])) for s in rows.values())
+    assert all(all(a > b for a, b in itertools.pairwise(s)) for s in rows.values())
     cost = re.search(r"scifact: cost per query: ([\d,]+) prompt \+ ([\d,]+) completion tokens \(5 queries, 5 windows, "
                      r"0 from the cache; this run sent 5 requests, ([\d,]+) \+ ([\d,]+) tokens\)", done.stderr)
     assert cost is not None, done.stderr[-3000:]
