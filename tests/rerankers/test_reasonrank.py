@@ -335,3 +335,13 @@ def test_the_registry_rows_are_the_authors_models():
     }
     assert KINDS["reasonrank"].options.__name__ == "ReasonRankOptions"
     assert set(rows) <= set(reranker_registry().names())
+
+
+def test_run_takes_the_rerankers_budget():
+    from r2med.cli import build_parser
+    from r2med.cli.run import build_spec
+
+    args = build_parser().parse_args(["run", "--retriever", "bm25", "--reranker", "reasonrank-7b",
+                                      "--max-requests", "3"])
+    options = build_spec(args).reranker.options
+    assert (type(options).__name__, options.max_requests) == ("ReasonRankOptions", 3)
