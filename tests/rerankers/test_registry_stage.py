@@ -28,7 +28,7 @@ def test_the_papers_rerankers_as_the_authors_ran_them():
     assert {s.folder for s in (bge, mono, llama)} == {"bge-reranker", "monobert", "rankllama"}
     assert [resolve_reranker(a).name for a in ("BGE-Reranker", "mono", "llama", "rankgpt")] == [
         "bge-reranker-v2-m3", "monobert", "rankllama", "listwise"]
-    assert reranker_registry().names() == ["bge-reranker-v2-m3", "monobert", "rankllama", "listwise"]
+    assert reranker_registry().names()[:4] == ["bge-reranker-v2-m3", "monobert", "rankllama", "listwise"]
 
 
 def test_any_cross_encoder_by_path_or_hub_id(tmp_path):

@@ -74,6 +74,8 @@ def progress_printer(args: argparse.Namespace, *, systems: bool = False, policy:
     """
     import sys
 
+    from r2med.rerankers.base import cost_line
+
     def show(system: str, result) -> None:
         if args.json or args.quiet:
             return
@@ -86,6 +88,9 @@ def progress_printer(args: argparse.Namespace, *, systems: bool = False, policy:
         how = "stored result reused" if result.reused else f"{result.seconds:.1f} s"
         print(f"{prefix}{result.dataset}: nDCG@10 {pct(result.scores.rounded()['ndcg_at_10'])} "
               f"({result.scores.n_queries} queries, {how}) -> {result.files.result}", file=sys.stderr)
+        cost = cost_line(result.details.get("reranker_stats"))
+        if cost is not None:  # an LLM reranker: what its windows cost
+            print(f"{prefix}{result.dataset}: {cost}", file=sys.stderr)
 
     return show
 

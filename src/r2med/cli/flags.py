@@ -27,7 +27,8 @@ def reranker_flags(*, rename: dict[str, str] | None = None) -> list[Flags]:
     from r2med.rerankers.registry import option_classes
 
     titles = {"PointwiseOptions": "pointwise reranker (cross-encoder, RankLLaMA)", "RankLlamaOptions": "RankLLaMA",
-              "ListwiseOptions": "listwise reranker (an OpenAI-compatible chat server)"}
+              "ListwiseOptions": "listwise reranker (an OpenAI-compatible chat server)",
+              "ReasonRankOptions": "ReasonRank (reasonrank-7b/-32b/-8b: the flags above, and these)"}
     return [Flags(cls, rename=rename, title=titles.get(cls.__name__, cls.__name__)) for cls in option_classes()]
 
 

@@ -110,10 +110,17 @@ class ChatClient:
         return self._http.stats.snapshot()
 
     # ------------------------------------------------------------ one request
-    async def complete(self, messages: Messages, params: SamplingParams) -> ChatResult:
-        """One chat completion with retries (the connections are the running event loop's)."""
-        payload = {"model": self.model, "messages": list(messages), **_sorted(params.to_request())}
+    async def complete(self, messages: Messages, params: SamplingParams, *, extra: dict[str, Any] | None = None) -> ChatResult:
+        """One chat completion with retries (the connections are the running event loop's); ``extra``: request
+        fields outside OpenAI's API, as for ``complete_text``."""
+        payload = {"model": self.model, "messages": list(messages), **_sorted(params.to_request()), **(extra or {})}
         return await self._send("chat/completions", payload, self._result)
+
+    async def complete_job(self, job: ChatJob) -> ChatResult:
+        """``job`` sent as what it is: a text completion of its ``prompt``, else a chat completion of its messages."""
+        if job.prompt is not None:
+            return await self.complete_text(job.prompt, job.params, extra=job.extra)
+        return await self.complete(job.messages, job.params, extra=job.extra)
 
     async def complete_text(self, prompt: str, params: SamplingParams, *, stop: Sequence[str] = (),
                             extra: dict[str, Any] | None = None) -> ChatResult:
@@ -232,7 +239,7 @@ class ChatClient:
                     return
                 taken[0] += 1
                 try:
-                    outcome: ChatResult | Exception = await self.complete(job.messages, job.params)
+                    outcome: ChatResult | Exception = await self.complete_job(job)
                 except BudgetExceeded as exc:
                     taken[0] -= 1
                     stop.append(exc)

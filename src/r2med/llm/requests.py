@@ -77,11 +77,18 @@ class Budget:
 
 @dataclass(frozen=True)
 class ChatJob:
-    """A request to make; ``key`` names it for the caller (usually ``request_key``)."""
+    """A request to make; ``key`` names it for the caller (usually ``request_key``).
+
+    With ``prompt`` it is a text completion of that prompt (``POST /v1/completions``; ``messages`` is then only what
+    the caller keys it by); ``extra``: request fields outside OpenAI's API (vLLM's and llama.cpp's ``top_k``,
+    ``min_p``, ``repetition_penalty``), sent as they are.
+    """
 
     key: str
     messages: list[dict[str, str]]
     params: SamplingParams
+    prompt: str | None = None
+    extra: dict[str, Any] | None = None
 
 
 class BudgetExceeded(ProviderError):

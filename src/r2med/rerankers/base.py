@@ -129,3 +129,27 @@ def assemble(run: Run, heads: Mapping[str, Sequence[str]], top_k: int, *, name: 
             raise ValueError(f"query {qid!r}: the reranked head {new_head} is not a permutation of {head}")
         out[qid] = ranked_scores(new_head + tail)
     return out
+
+
+def cost_line(stats: Mapping[str, object] | None) -> str | None:
+    """What an LLM reranker's result cost, from its stats (``ListwiseStats`` as a dict): tokens per query over every
+    window of the result (cached ones as recorded), and what this run sent; None for stats without token counts.
+
+    >>> cost_line({"queries": 4, "windows": 36, "cached": 9, "requests": 28, "result_prompt_tokens": 40000,
+    ...            "result_completion_tokens": 7202, "prompt_tokens": 30000, "completion_tokens": 5400})
+    'cost per query: 10,000 prompt + 1,800 completion tokens (4 queries, 36 windows, 9 from the cache; this run sent 28 requests, 30,000 + 5,400 tokens)'
+    >>> cost_line({"pairs": 10}) is None
+    True
+    """
+    if not stats or "result_prompt_tokens" not in stats:
+        return None
+
+    def num(key: str) -> int:
+        value = stats.get(key)
+        return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
+
+    queries = max(num("queries"), 1)
+    return (f"cost per query: {num('result_prompt_tokens') / queries:,.0f} prompt + "
+            f"{num('result_completion_tokens') / queries:,.0f} completion tokens ({num('queries')} queries, "
+            f"{num('windows')} windows, {num('cached')} from the cache; this run sent {num('requests')} requests, "
+            f"{num('prompt_tokens'):,} + {num('completion_tokens'):,} tokens)")

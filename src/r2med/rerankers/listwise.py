@@ -1,4 +1,4 @@
-"""Listwise reranking with an LLM over any OpenAI-compatible chat endpoint (RankGPT's sliding window).
+"""Listwise reranking with an LLM over any OpenAI-compatible endpoint: a sliding window of passages per query.
 
 Per query, windows of ``window`` passages slide over the top k (``sliding_windows``: back to front,
 stride 10, by default); each window's answer is parsed into a permutation (``read_permutation``,
@@ -11,6 +11,11 @@ Every response is appended to a ``ResponseCache`` under the request's key (model
 sampling: the prompt hash) before it is used, with its reasoning trace, so an interrupted or
 repeated run sends only the windows it has not seen. The reranked run (a ``Reranked``) carries its stats and its
 window log: per window the documents, the new order, what the parser repaired and the trace.
+
+What a window's request is and how its answer is read is the reranker's ``prompt`` (a ``WindowPrompt``):
+RankGPT's multi-turn conversation (``RankGPTPrompt``, the default) or ReasonRank's single message
+(``r2med.rerankers.reasonrank.ReasonRankPrompt``). A client with a request budget (``Budget(max_requests=...)``)
+stops sending when it is spent: the finished windows are in the cache and the call raises ``BudgetExceeded``.
 """
 
 from __future__ import annotations
@@ -18,12 +23,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from r2med.errors import ProviderError, UsageError
 from r2med.io.progress import progress_bar
 from r2med.llm.cache import ResponseCache
-from r2med.llm.client import ChatClient, ChatJob, ChatResult, SamplingParams, request_key
+from r2med.llm.client import BudgetExceeded, ChatClient, ChatJob, ChatResult, SamplingParams, request_key
 from r2med.llm.reasoning import STYLES, split_reasoning
 from r2med.rerankers.base import Reranked, assemble, check_texts, check_top_k, split_head
 from r2med.rerankers.options import ON_ERROR
@@ -60,7 +65,11 @@ class _Waiting:
 
 @dataclass(frozen=True)
 class ListwiseStats:
-    """Windows of the last call: all, answered from the cache, requested, repaired answers, failed; the client's tokens."""
+    """Windows of the last call: all, answered from the cache, requested, repaired answers, failed; the tokens of the
+    requests this call sent (``prompt_tokens``, ``completion_tokens``; ``requests``: HTTP requests, retries included);
+    ``queries`` reranked and the tokens of every window of the result, the cached ones as their records say
+    (``result_prompt_tokens``, ``result_completion_tokens``: what the result costs, divided by ``queries`` per query).
+    """
 
     windows: int
     cached: int
@@ -69,16 +78,69 @@ class ListwiseStats:
     failed: int
     prompt_tokens: int
     completion_tokens: int
+    queries: int = 0
+    requests: int = 0
+    result_prompt_tokens: int = 0
+    result_completion_tokens: int = 0
+
+
+class WindowPrompt(Protocol):
+    """What a window's request is and how its answer is read: ``kind`` and ``task`` name it in the reranker's
+    description and in the cache keys; ``job`` builds the request for one window of ``passages`` (first-stage
+    ``scores`` beside them); ``parse`` reads an answer into ``(report, trace, answer)``; ``describe`` says what else
+    determines the output (prompt options, tokenizer)."""
+
+    kind: str
+    task: str
+
+    def job(self, model: str, query: str, passages: Sequence[str], scores: Sequence[float] | None,
+            params: SamplingParams) -> ChatJob: ...
+
+    def parse(self, text: str, reasoning: str | None, n: int) -> tuple[PermutationReport, str, str]: ...
+
+    def describe(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class RankGPTPrompt:
+    """RankGPT's conversation (``r2med.rerankers.prompts.rankgpt_messages``) read by ``read_permutation``: passages cut
+    to ``max_words`` words; ``with_scores`` shows first-stage scores (InsertRank); ``style`` the reasoning style."""
+
+    max_words: int | None = 300
+    with_scores: bool = False
+    style: str = "auto"
+    kind = "listwise"
+    task = TASK
+
+    def messages(self, query: str, passages: Sequence[str], scores: Sequence[float] | None) -> list[dict[str, str]]:
+        return rankgpt_messages(query, passages, max_words=self.max_words, scores=scores if self.with_scores else None)
+
+    def job(self, model: str, query: str, passages: Sequence[str], scores: Sequence[float] | None,
+            params: SamplingParams) -> ChatJob:
+        messages = self.messages(query, passages, scores)
+        return ChatJob(request_key(model, messages, params, extra={"task": TASK}), messages, params)
+
+    def parse(self, text: str, reasoning: str | None, n: int) -> tuple[PermutationReport, str, str]:
+        parsed = split_reasoning(text, style=self.style, reasoning_content=reasoning)
+        answer = "" if parsed.truncated else parsed.answer
+        report = read_permutation(answer, n)
+        if parsed.truncated:
+            report = PermutationReport(report.order, (), (), (), report.missing, "unfinished-trace")
+        return report, parsed.reasoning, answer
+
+    def describe(self) -> dict[str, Any]:
+        return {"max_words": self.max_words, "with_scores": self.with_scores, "style": self.style}
 
 
 @dataclass
 class ListwiseReranker:
-    """RankGPT-style listwise reranking through ``client``.
+    """Listwise reranking through ``client``, RankGPT's by default.
 
     ``params``: sampling (temperature 0 as RankGPT); ``max_words`` per passage; ``with_scores`` shows
     first-stage scores in the prompt (InsertRank); ``style``: the reasoning-output style (see
     ``r2med.llm.reasoning``; ``auto`` detects it); ``on_error``: ``raise`` (after every other
     query has finished, so the cache keeps their windows) or ``keep`` (a failed window keeps its order).
+    ``prompt``: another ``WindowPrompt`` (ReasonRank's); ``max_words``, ``with_scores`` and ``style`` are then unused.
     """
 
     client: ChatClient
@@ -94,9 +156,13 @@ class ListwiseReranker:
     style: str = "auto"
     on_error: str = "raise"
     progress: bool = True
+    prompt: WindowPrompt | None = None
     _windows: list[dict[str, Any]] = field(default_factory=list, init=False, repr=False)  # the call's window log
+    _tokens: list[int] = field(default_factory=lambda: [0, 0], init=False, repr=False)  # the result's windows' tokens
 
     def __post_init__(self) -> None:
+        if self.prompt is None:
+            self.prompt = RankGPTPrompt(self.max_words, self.with_scores, self.style)
         sliding_windows(0, self.window, self.stride, direction=self.direction)  # validates all three
         if self.on_error not in ON_ERROR:
             raise UsageError(f"on_error must be one of {', '.join(ON_ERROR)}, got {self.on_error!r}")
@@ -109,31 +175,31 @@ class ListwiseReranker:
 
     def describe(self) -> dict[str, Any]:
         """What determines this reranker's output (the endpoint's address is not part of it)."""
+        prompt = self._prompt
         return {
-            "kind": "listwise", "task": TASK, "name": self.name, "model": self.client.model,
-            "window": self.window, "stride": self.stride, "direction": self.direction, "max_words": self.max_words,
-            "params": self.params.to_request(), "with_scores": self.with_scores, "style": self.style,
-            "on_error": self.on_error,
+            "kind": prompt.kind, "task": prompt.task, "name": self.name, "model": self.client.model,
+            "window": self.window, "stride": self.stride, "direction": self.direction, **prompt.describe(),
+            "params": self.params.to_request(), "on_error": self.on_error,
         }
 
+    @property
+    def _prompt(self) -> WindowPrompt:
+        assert self.prompt is not None  # set in __post_init__
+        return self.prompt
+
     # ---------------------------------------------------------------- prompt and parsing
+    def job(self, query: str, docs: Sequence[str], corpus: Mapping[str, str], scores: Mapping[str, float] | None) -> ChatJob:
+        """The request for one window of ``docs`` (its ``key`` names it in the cache: model, prompt, sampling, task)."""
+        shown = [scores[d] for d in docs] if scores is not None else None
+        return self._prompt.job(self.client.model, query, [corpus[d] for d in docs], shown, self.params)
+
     def messages(self, query: str, docs: Sequence[str], corpus: Mapping[str, str], scores: Mapping[str, float] | None) -> list[dict[str, str]]:
         """The chat messages for one window of ``docs``."""
-        shown = [scores[d] for d in docs] if self.with_scores and scores is not None else None
-        return rankgpt_messages(query, [corpus[d] for d in docs], max_words=self.max_words, scores=shown)
-
-    def key(self, messages: list[dict[str, str]]) -> str:
-        """The cache key of a window's request (model, messages, sampling, task version)."""
-        return request_key(self.client.model, messages, self.params, extra={"task": TASK})
+        return self.job(query, docs, corpus, scores).messages
 
     def parse(self, text: str, reasoning: str | None, n: int) -> tuple[PermutationReport, str, str]:
         """``(report, trace, answer)`` for a response to a window of ``n`` passages."""
-        parsed = split_reasoning(text, style=self.style, reasoning_content=reasoning)
-        answer = "" if parsed.truncated else parsed.answer
-        report = read_permutation(answer, n)
-        if parsed.truncated:
-            report = PermutationReport(report.order, (), (), (), report.missing, "unfinished-trace")
-        return report, parsed.reasoning, answer
+        return self._prompt.parse(text, reasoning, n)
 
     # ---------------------------------------------------------------- reranking
     def rerank(self, queries: Mapping[str, str], corpus: Mapping[str, str], run: Run, *, top_k: int = 100) -> Run:
@@ -141,6 +207,8 @@ class ListwiseReranker:
         check_top_k(top_k)
         check_texts(queries, corpus, run, top_k)
         self._windows = []
+        self._tokens = [0, 0]
+        before = (self.client.usage.requests, self.client.usage.prompt_tokens, self.client.usage.completion_tokens)
         states = {}
         for qid in run:
             head = split_head(run, qid, top_k)[0]
@@ -173,7 +241,12 @@ class ListwiseReranker:
                             item.query.error = outcome  # type: ignore[assignment]
                         bar.update(1)
 
-                self.client.complete_many(list(jobs.values()), concurrency=self.concurrency, on_result=on_result, progress=False)
+                try:
+                    self.client.complete_many(list(jobs.values()), concurrency=self.concurrency, on_result=on_result,
+                                              progress=False)
+                except BudgetExceeded as exc:
+                    where = f"; the finished windows are in {self.cache.path}: rerun to resume" if self.cache is not None else ""
+                    raise BudgetExceeded(f"{self.name}: {exc}{where}", pending=exc.pending) from exc
         finally:
             bar.close()
         # windows finish in whatever order the server answers: log them by query (run order), each query's in turn
@@ -186,19 +259,21 @@ class ListwiseReranker:
                                 f"{failed[0].qid}: {failed[0].error}){where}")
         reranked = assemble(run, {qid: s.order for qid, s in states.items()}, top_k, name=self.name)
         log, self._windows = self._windows, []
-        return Reranked(reranked, name=self.name, stats=self._summarise(log), artifacts={"windows": log})
+        usage = self.client.usage
+        sent = (usage.requests - before[0], usage.prompt_tokens - before[1], usage.completion_tokens - before[2])
+        return Reranked(reranked, name=self.name, stats=self._summarise(log, len(states), sent), artifacts={"windows": log})
 
     def _advance(self, state: _Query, queries, corpus, run, memo, jobs, waiting, bar) -> None:
         """Apply the query's next windows from the cache; queue the first one that needs a request."""
         while not state.done:
             start, end = state.windows[state.position]
             docs = state.order[start:end]
-            messages = self.messages(queries[state.qid], docs, corpus, run[state.qid])
-            key = self.key(messages)
+            job = self.job(queries[state.qid], docs, corpus, run[state.qid])
+            key = job.key
             record = memo.get(key) or (self.cache.get(key) if self.cache is not None else None)
             item = _Waiting(state, start, end, docs)
             if record is None:
-                jobs.setdefault(key, ChatJob(key, messages, self.params))
+                jobs.setdefault(key, job)
                 waiting.setdefault(key, []).append(item)
                 return
             self._apply(item, record, cached=True)
@@ -207,7 +282,7 @@ class ListwiseReranker:
     def _store(self, key: str, result: ChatResult, items: list[_Waiting], memo: dict) -> dict[str, Any]:
         first = items[0]
         record = {
-            "task": TASK, "model": self.client.model, "qid": first.query.qid, "window": [first.start, first.end],
+            "task": self._prompt.task, "model": self.client.model, "qid": first.query.qid, "window": [first.start, first.end],
             "docids": first.docs, "text": result.text, "reasoning": result.reasoning, "finish_reason": result.finish_reason,
             "prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens,
             "attempts": result.attempts, "seconds": round(result.seconds, 3),
@@ -222,6 +297,8 @@ class ListwiseReranker:
         state = item.query
         state.order = apply_permutation(state.order, item.start, item.end, report.order)
         state.position += 1
+        self._tokens[0] += int(record.get("prompt_tokens") or 0)
+        self._tokens[1] += int(record.get("completion_tokens") or 0)
         self._log(item, report, record, cached=cached, trace=trace, answer=answer)
 
     def _log(self, item: _Waiting, report: PermutationReport | None, record: Mapping[str, Any] | None, *,
@@ -240,14 +317,14 @@ class ListwiseReranker:
             entry["error"] = error
         self._windows.append(entry)
 
-    def _summarise(self, log: list[dict[str, Any]]) -> ListwiseStats:
+    def _summarise(self, log: list[dict[str, Any]], queries: int, sent: tuple[int, int, int]) -> ListwiseStats:
         windows = len(log)
         cached = sum(1 for e in log if e["cached"])
         repaired = sum(1 for e in log if e.get("clean") is False)
         failed = sum(1 for e in log if "error" in e)
-        usage = self.client.usage
-        stats = ListwiseStats(windows, cached, windows - cached, repaired, failed, usage.prompt_tokens,
-                              usage.completion_tokens)
+        stats = ListwiseStats(windows, cached, windows - cached, repaired, failed, sent[1], sent[2], queries=queries,
+                              requests=sent[0], result_prompt_tokens=self._tokens[0],
+                              result_completion_tokens=self._tokens[1])
         logger.info("%s: %d windows (%d from the cache), %d answers repaired, %d failed", self.name, windows, cached, repaired, failed)
         if repaired:
             logger.warning("%s: %d of %d window answers were not a clean permutation (repeats, unknown or missing "

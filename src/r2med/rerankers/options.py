@@ -11,6 +11,11 @@ from r2med.llm.reasoning import STYLES
 from r2med.options import option, redefault
 from r2med.rerankers.windows import DIRECTIONS
 
+#: ReasonRank's prompt modes (the authors' --prompt_mode) and how a window is sent; r2med.rerankers.reasonrank checks
+#: the same tuples (kept here too so that declaring the options imports nothing more)
+REASONRANK_MODES = ("rank_GPT_reasoning", "rank_GPT_qwen3")
+REQUEST_AS = ("text", "chat")
+
 #: what a listwise window that fails after its retries does
 ON_ERROR = ("raise", "keep")
 
@@ -37,12 +42,21 @@ class RankLlamaOptions(PointwiseOptions):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ListwiseOptions(LLMOptions):
+class WindowOptions(LLMOptions):
+    """A sliding window of passages over an OpenAI-compatible LLM server (the listwise and ReasonRank rerankers)."""
+
+    window: int = option(20, "passages per window", minimum=1)
+    stride: int = option(10, "step between windows", minimum=1)
+    max_requests: int | None = option(None, "budget: HTTP requests for the whole run (retries included); when spent, "
+                                      "the finished windows stay in the cache and the run exits 6: rerun to resume",
+                                      minimum=1, keyed=False)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ListwiseOptions(WindowOptions):
     """RankGPT's sliding window over an OpenAI-compatible chat model (temperature 0 by default, as RankGPT)."""
 
     temperature: float | None = redefault(LLMOptions, "temperature", 0.0)
-    window: int = option(20, "passages per window", minimum=1)
-    stride: int = option(10, "step between windows", minimum=1)
     direction: str = option("back_to_front", "where the windows start (back_to_front, as RankGPT)", choices=DIRECTIONS)
     max_words: int | None = option(300, "words kept per passage in the prompt", minimum=1)
     with_scores: bool = option(False, "show each passage's first-stage score in the prompt (InsertRank)")
@@ -50,3 +64,30 @@ class ListwiseOptions(LLMOptions):
                                   choices=("auto", *STYLES))
     on_error: str = option("raise", "a window that fails after retries: raise = exit 6 once the other queries are "
                            "done (rerun to resume), keep = the window keeps its order", choices=ON_ERROR)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReasonRankOptions(WindowOptions):
+    """ReasonRank's prompt and sampling as its authors ran them (r2med.rerankers.reasonrank), over an OpenAI-compatible
+    server (vLLM, SGLang, llama.cpp) serving the model."""
+
+    llm_model: str | None = redefault(LLMOptions, "llm_model", None, note="default: the model's hub id, e.g. "
+                                      "liuwenhan/reasonrank-32B")
+    temperature: float | None = redefault(LLMOptions, "temperature", None, note="default: the authors' (0; 0.6 for "
+                                          "reasonrank-8b)")
+    max_tokens: int | None = redefault(LLMOptions, "max_tokens", None, note="default: --reasoning-maxlen + 100")
+    prompt_mode: str | None = option(None, "reasonrank: the authors' prompt mode (default: the model's: "
+                                     "rank_GPT_reasoning for 7b/32b, rank_GPT_qwen3 for 8b)", choices=REASONRANK_MODES)
+    request_as: str = option("text", "reasonrank: text = one prompt under the model's chat template to /v1/completions "
+                             "(byte for byte the authors' input); chat = the authors' messages to /v1/chat/completions",
+                             choices=REQUEST_AS)
+    tokenizer: str | None = option(None, "reasonrank: the model's tokenizer, a local directory or hub id (default: the "
+                                   "model's, from the local Hugging Face cache or the hub)", metavar="DIR|ID")
+    doc_maxlen: int = option(512, "reasonrank: tokens kept per passage (the authors' DOC_MAXLEN for R2MED)", minimum=1)
+    reasoning_maxlen: int = option(3072, "reasonrank: the reasoning budget in tokens; max tokens = this + 100, as the "
+                                   "authors'", minimum=1)
+    on_error: str = redefault(ListwiseOptions, "on_error", "raise")
+
+    def ready(self) -> None:
+        """The model defaults to the registry's: only an unset ``api_key_env`` variable is an error here."""
+        self.api_key()

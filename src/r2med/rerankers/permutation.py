@@ -102,6 +102,17 @@ def read_permutation(text: str, n: int) -> PermutationReport:
         raise ValueError(f"n must be >= 0, got {n}")
     answer = answer_part(text or "")
     ids, source = ([], "unfinished-trace") if answer is None else _identifiers(answer)
+    return report_of(ids, n, source)
+
+
+def report_of(ids: list[int], n: int, source: str) -> PermutationReport:
+    """The permutation of ``range(n)`` that 1-based ``ids`` ask for (RankGPT's repair: repeats and identifiers
+    outside ``1..n`` dropped, the passages never named appended in their order), with what was repaired.
+
+    >>> r = report_of([3, 3, 0, 1], 4, "numbers")
+    >>> r.order, r.duplicates, r.out_of_range, r.missing
+    ((2, 0, 1, 3), (3,), (0,), (2, 4))
+    """
     seen: set[int] = set()
     order: list[int] = []
     duplicates: list[int] = []

@@ -1,4 +1,4 @@
-"""Rerankers by name: the three of the paper, ``listwise`` over an LLM server, or any cross-encoder by path / hub id.
+"""Rerankers by name: the three of the paper, ``listwise`` and ReasonRank over an LLM server, or any cross-encoder.
 
 ======================  =========================================================  ==========  ============
 name (aliases)          model                                                      max length  results folder
@@ -7,13 +7,17 @@ bge-reranker-v2-m3      BAAI/bge-reranker-v2-m3 (cross-encoder)                 
 monobert (mono)         castorini/monobert-large-msmarco (cross-encoder, class 1)  512         monobert
 rankllama (llama)       castorini/rankllama-v1-7b-lora-passage on Llama-2-7b-hf    1024        rankllama
 listwise (rankgpt)      --llm-model on --base-url, RankGPT sliding window          (300 words) listwise-<llm>
+reasonrank-7b           liuwenhan/reasonrank-7B on --base-url (rank_GPT_reasoning)  512         reasonrank-7b
+reasonrank-32b          liuwenhan/reasonrank-32B on --base-url (rank_GPT_reasoning) 512         reasonrank-32b
+reasonrank-8b           liuwenhan/reasonrank-8B on --base-url (rank_GPT_qwen3)      512         reasonrank-8b
 ======================  =========================================================  ==========  ============
 
 Each kind of reranker (cross-encoder, rankllama, listwise) is a row of :data:`KINDS`: its options class
 (``r2med.rerankers.options``) and its builder ``(spec, options, runtime)``; a name resolves to a
 :class:`RerankerSpec` (``resolve_reranker``) whose ``kind`` picks the row.
 
-Max lengths are the ones the R2MED authors ran (``src/eval_reranker.py``: 1024 for RankLLaMA, 512
+ReasonRank's max length is tokens per passage (the ReasonRank authors' DOC_MAXLEN for R2MED; see
+``r2med.rerankers.reasonrank``). Max lengths of the others are the ones the R2MED authors ran (``src/eval_reranker.py``: 1024 for RankLLaMA, 512
 otherwise; BAAI's card allows 8192 and recommends 1024 for bge-reranker-v2-m3: pass ``max_length``
 to change it). The folders are the official ``results/reranker/<folder>/...`` names, so results sit
 beside the published ones.
@@ -31,7 +35,7 @@ from r2med.errors import UsageError
 from r2med.options import Runtime
 from r2med.registry import Registry
 from r2med.rerankers.base import Reranker
-from r2med.rerankers.options import ListwiseOptions, PointwiseOptions, RankLlamaOptions
+from r2med.rerankers.options import ListwiseOptions, PointwiseOptions, RankLlamaOptions, ReasonRankOptions
 
 if TYPE_CHECKING:
     from r2med.rerankers.pointwise import PairScorer
@@ -51,6 +55,7 @@ class RerankerSpec:
     dtype: str | None = None
     aliases: tuple[str, ...] = ()
     description: str = ""
+    prompt_mode: str | None = None  # ReasonRank: the authors' --prompt_mode for this model
 
 
 SPECS: tuple[RerankerSpec, ...] = (
@@ -64,6 +69,12 @@ SPECS: tuple[RerankerSpec, ...] = (
                  aliases=("llama", "rankllama-7b"), description="RankLLaMA 7B (LoRA on Llama-2), pointwise"),
     RerankerSpec("listwise", "listwise", "listwise", aliases=("rankgpt",),
                  description="RankGPT sliding window over any OpenAI-compatible chat model (--llm-model)"),
+    RerankerSpec("reasonrank-7b", "reasonrank", "reasonrank-7b", model="liuwenhan/reasonrank-7B",
+                 prompt_mode="rank_GPT_reasoning", description="ReasonRank 7B (Qwen2.5-7B), listwise with reasoning"),
+    RerankerSpec("reasonrank-32b", "reasonrank", "reasonrank-32b", model="liuwenhan/reasonrank-32B",
+                 prompt_mode="rank_GPT_reasoning", description="ReasonRank 32B (Qwen2.5-32B), listwise with reasoning"),
+    RerankerSpec("reasonrank-8b", "reasonrank", "reasonrank-8b", model="liuwenhan/reasonrank-8B",
+                 prompt_mode="rank_GPT_qwen3", description="ReasonRank 8B (Qwen3-8B), listwise with reasoning"),
 )
 
 
@@ -85,7 +96,7 @@ def resolve_reranker(name: str) -> RerankerSpec:
     >>> resolve_reranker("monobrt")
     Traceback (most recent call last):
     ...
-    r2med.errors.UsageError: unknown reranker 'monobrt'; did you mean 'monobert'? Valid: bge-reranker-v2-m3, listwise, monobert, rankllama, or a local cross-encoder directory or hub id
+    r2med.errors.UsageError: unknown reranker 'monobrt'; did you mean 'monobert'? Valid: bge-reranker-v2-m3, listwise, monobert, rankllama, reasonrank-32b, reasonrank-7b, reasonrank-8b, or a local cross-encoder directory or hub id
     """
     from r2med.retrievers.registry import system_name
 
@@ -142,13 +153,14 @@ def listwise_name(spec: RerankerSpec, options: ListwiseOptions) -> str:
 
 def _listwise(spec: RerankerSpec, options: ListwiseOptions, runtime: Runtime) -> Reranker:
     from r2med.llm.cache import ResponseCache
+    from r2med.llm.requests import Budget
     from r2med.rerankers.listwise import ListwiseReranker
     from r2med.retrievers.registry import system_name
     from r2med.settings import get_settings
 
     name = listwise_name(spec, options)
     base_url = options.base_url or get_settings().openai_base_url or "https://api.openai.com/v1"
-    client = options.client(base_url)
+    client = options.client(base_url, budget=Budget(max_requests=options.max_requests))
     cache = None
     if runtime.cache_dir is not None:
         model_folder = system_name(str(options.llm_model), flag="--llm-model")
@@ -158,6 +170,36 @@ def _listwise(spec: RerankerSpec, options: ListwiseOptions, runtime: Runtime) ->
         max_words=options.max_words, params=options.sampling(), cache=cache, concurrency=options.concurrency,
         with_scores=options.with_scores, style=options.reasoning_style, on_error=options.on_error,
         progress=runtime.progress,
+    )
+
+
+def _reasonrank(spec: RerankerSpec, options: ReasonRankOptions, runtime: Runtime) -> Reranker:
+    from dataclasses import replace
+
+    from r2med.llm.cache import ResponseCache
+    from r2med.llm.requests import Budget
+    from r2med.rerankers.listwise import ListwiseReranker
+    from r2med.rerankers.reasonrank import ReasonRankPrompt, sampling_defaults
+    from r2med.retrievers.registry import system_name
+    from r2med.settings import get_settings
+
+    mode = options.prompt_mode or spec.prompt_mode or "rank_GPT_reasoning"
+    model = options.llm_model or str(spec.model)
+    base_url = options.base_url or get_settings().openai_base_url
+    if not base_url:
+        raise UsageError(f"{spec.name} runs on an OpenAI-compatible server serving {model}: pass --base-url, e.g. "
+                         f"http://localhost:8000/v1 after 'vllm serve {spec.model}'")
+    client = replace(options, llm_model=model).client(base_url, budget=Budget(max_requests=options.max_requests))
+    sampling, extra = sampling_defaults(mode, options.reasoning_maxlen)
+    prompt = ReasonRankPrompt(options.tokenizer or str(spec.model), mode=mode, request_as=options.request_as,
+                              doc_maxlen=options.doc_maxlen, extra=extra)
+    cache = None
+    if runtime.cache_dir is not None:
+        cache = ResponseCache(runtime.cache_dir / "rerank" / "reasonrank" / f"{system_name(model, flag='--llm-model')}.jsonl")
+    return ListwiseReranker(
+        client, name=spec.folder, window=options.window, stride=options.stride, params=options.sampling(sampling),
+        cache=cache, concurrency=options.concurrency, on_error=options.on_error, progress=runtime.progress,
+        prompt=prompt,
     )
 
 
@@ -179,6 +221,7 @@ KINDS: Mapping[str, RerankerKind] = MappingProxyType({kind.name: kind for kind i
     RerankerKind("cross-encoder", PointwiseOptions, _cross_encoder),
     RerankerKind("rankllama", RankLlamaOptions, _rankllama),
     RerankerKind("listwise", ListwiseOptions, _listwise),
+    RerankerKind("reasonrank", ReasonRankOptions, _reasonrank),
 )})
 
 
