@@ -66,3 +66,46 @@ class CompletionsServer:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+class CountingProxy:
+    """Forwards every POST to ``upstream`` (a real server) and records each request body as it arrives."""
+
+    def __init__(self, upstream: str) -> None:
+        import urllib.request
+
+        self.bodies: list[dict[str, Any]] = []
+        lock = threading.Lock()
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                data = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                with lock:
+                    proxy.bodies.append(json.loads(data))
+                request = urllib.request.Request(upstream + self.path, data=data,
+                                                 headers={"Content-Type": "application/json"})
+                with urllib.request.urlopen(request, timeout=300) as response:
+                    status, answer = response.status, response.read()
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(answer)))
+                    self.end_headers()
+                    self.wfile.write(answer)
+                except (BrokenPipeError, ConnectionResetError):  # the client was killed meanwhile
+                    pass
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+        self.base_url = f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+
+    def close(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
