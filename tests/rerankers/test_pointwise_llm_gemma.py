@@ -6,6 +6,7 @@ SIGKILL whose rerun sends no finished request again (checked on what went over t
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -80,8 +81,18 @@ def test_both_rerankers_score_from_a_real_servers_logprobs(gemma_url, sample, tm
     qwen = make_reranker("qwen3-reranker-0.6b", {"via_server": True, "base_url": gemma_url + "/v1", "llm_model": "gemma",
                                                  "concurrency": 2}, Runtime(cache_dir=tmp_path / "home", progress=False))
     scores = qwen.scorer.score([queries[q] for q in run for _ in range(1)], [corpus[next(iter(run[q]))] for q in run])
-    assert all(0.0 < s < 1.0 for s in scores)  # Gemma's logprobs put "yes" or "no" (or -10) on each side
     assert rank1.scorer.requests.requests_sent >= N_QUERIES * TOP_K and qwen.scorer.requests.requests_sent == N_QUERIES
+    # each score is the card's rule applied to the top logprobs llama.cpp returned (stored in the response cache)
+    records = [json.loads(line) for line in (tmp_path / "home" / "rerank" / "completions" / "gemma.jsonl").read_text()
+               .splitlines()]
+    one_token = [r for r in records if r["completion_tokens"] == 1 and r["stop"] is None and r["positions"] == 1]
+    tops = [r["last_top_logprobs"] for r in records]
+    assert all(len(top) == 20 for top in tops)  # the server honoured logprobs: 20
+    expected = []
+    for top in one_token[-N_QUERIES:]:
+        yes, no = top["last_top_logprobs"].get("yes", -10.0), top["last_top_logprobs"].get("no", -10.0)
+        expected.append(math.exp(yes) / (math.exp(yes) + math.exp(no)))
+    assert sorted(scores) == pytest.approx(sorted(expected), abs=1e-12)
 
 
 def _keys(bodies, task):

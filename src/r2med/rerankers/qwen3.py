@@ -18,6 +18,7 @@ cut to ``max_length`` (that needs the model's tokenizer here).
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -131,7 +132,9 @@ class Qwen3RerankerScorer:
         out = tokenizer(pairs, padding=False, truncation="longest_first", return_attention_mask=False,
                         max_length=self.max_length - len(prefix) - len(suffix))
         out["input_ids"] = [prefix + ids + suffix for ids in out["input_ids"]]
-        return tokenizer.pad(out, padding=True, return_tensors="pt", max_length=self.max_length)
+        with warnings.catch_warnings():  # the card passes max_length to pad(), which transformers says it ignores
+            warnings.simplefilter("ignore", UserWarning)
+            return tokenizer.pad(out, padding=True, return_tensors="pt", max_length=self.max_length)
 
     def score(self, queries: Sequence[str], documents: Sequence[str]) -> list[float]:
         torch = require("torch", "rerank")
