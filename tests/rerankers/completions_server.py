@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Self
 
 
 class CompletionsServer:
@@ -61,10 +61,10 @@ class CompletionsServer:
         self._httpd.shutdown()
         self._httpd.server_close()
 
-    def __enter__(self) -> CompletionsServer:
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 

@@ -14,8 +14,8 @@ import sys
 import time
 
 import pytest
-
 from completions_server import CountingProxy
+
 from llm_helpers import gemma_server, write_scifact_subset
 from r2med.options import Runtime
 from r2med.rerankers.registry import make_reranker

@@ -7,8 +7,8 @@ from __future__ import annotations
 import math
 
 import pytest
-
 from completions_server import CompletionsServer
+
 from r2med.options import Runtime
 from r2med.rerankers.qwen3 import qwen3_pair, qwen3_prompt
 from r2med.rerankers.registry import make_reranker
@@ -39,7 +39,7 @@ def test_server_scores_normalise_yes_against_no(tmp_path, style):
                                  Runtime(cache_dir=tmp_path, progress=False))
         scores = reranker.scorer.score([query] * 3, [docs["a"], docs["b"], docs["c"]])
         body = server.bodies[0]
-    sigmoid = lambda a, b: math.exp(a) / (math.exp(a) + math.exp(b))  # noqa: E731
+    sigmoid = lambda a, b: math.exp(a) / (math.exp(a) + math.exp(b))
     # c: "no" is not among the top logprobs -> -10, as the card's vLLM usage (README.md:326-327)
     assert scores == pytest.approx([sigmoid(-0.1, -2.4), sigmoid(-3.2, -0.05), sigmoid(-6.0, -10.0)], abs=1e-12)
     assert (body["model"], body["temperature"], body["max_tokens"], body["logprobs"]) == (
@@ -81,7 +81,7 @@ def _tiny_model(folder):
 def test_local_scores_are_the_yes_no_softmax_at_the_last_position(tmp_path, monkeypatch):
     torch = pytest.importorskip("torch")
     folder = tmp_path / "tiny-qwen3-reranker"
-    tokenizer, model, vocab = _tiny_model(folder)
+    _, model, vocab = _tiny_model(folder)
     from r2med.rerankers import registry
 
     spec = registry.RerankerSpec("tiny", "qwen3-reranker", "tiny", model=str(folder), max_length=60)
@@ -108,6 +108,6 @@ def test_local_scores_are_the_yes_no_softmax_at_the_last_position(tmp_path, monk
         expected.append(math.exp(yes) / (math.exp(yes) + math.exp(no)))
     assert len(ids(qwen3_pair(queries[2], docs[2]))) > 60 - len(prefix) - len(suffix)  # the truncation was exercised
     assert scores == pytest.approx(expected, abs=1e-5)
-    assert len(set(round(s, 6) for s in scores)) == 3
+    assert len({round(s, 6) for s in scores}) == 3
     batch = reranker.scorer.encode(queries, docs)
     assert batch["input_ids"].shape[1] == 60 and batch["attention_mask"][1, 0].item() == 0  # left padding

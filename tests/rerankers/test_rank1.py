@@ -8,8 +8,8 @@ import json
 import math
 
 import pytest
-
 from completions_server import CompletionsServer
+
 from r2med.options import Runtime
 from r2med.rerankers.rank1 import cut_trace, rank1_prompt
 from r2med.rerankers.registry import make_reranker, resolve_reranker
@@ -140,3 +140,22 @@ def test_a_server_without_logprobs_is_an_error_not_a_silent_half(tmp_path):
         with pytest.raises(ProviderError, match="no logprobs"):
             scorer.score(["q"], ["d"])
     json.dumps(scorer.describe())  # the score cache's key material is JSON
+
+
+def test_a_pipeline_file_takes_their_options_and_checks_them():
+    from pathlib import Path
+
+    from r2med.config import parse_spec
+    from r2med.errors import InvalidInputError
+    from r2med.rerankers.options import Qwen3RerankerOptions, Rank1Options
+
+    spec = parse_spec({"retriever": [{"name": "bm25"}], "reranker": {"name": "rank1-7b", "base_url": "http://x/v1",
+                                                                      "max_tokens": 64, "answer_token_ids": [1, 2]}},
+                      base=Path("."))
+    assert spec.reranker.options == Rank1Options(base_url="http://x/v1", max_tokens=64, answer_token_ids=[1, 2])
+    assert Rank1Options().max_tokens == 8192 and Rank1Options().temperature == 0.0
+    spec = parse_spec({"retriever": [{"name": "bm25"}], "reranker": {"name": "qwen3-reranker-4b", "via_server": True}},
+                      base=Path("."))
+    assert spec.reranker.options == Qwen3RerankerOptions(via_server=True)
+    with pytest.raises(InvalidInputError, match=r"\[reranker\]: unknown key\(s\) window"):
+        parse_spec({"retriever": [{"name": "bm25"}], "reranker": {"name": "rank1-7b", "window": 5}}, base=Path("."))

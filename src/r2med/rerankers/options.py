@@ -58,7 +58,7 @@ class LogprobOptions:
 
     top_logprobs: int = option(20, "rank1 / qwen3-reranker server: top log-probabilities asked per token (the "
                                "authors' 20)", minimum=1)
-    answer_token_ids: list[int] | None = option(None, "rank1 / qwen3-reranker server: the ids of the two answer tokens "
+    answer_token_ids: list[int] | None = option(None, "rank1 / qwen3-reranker server: the ids of the two answer tokens "  # noqa: RUF009
                                                 "(' true',' false' / 'yes','no') in the served model's tokenizer, sent "
                                                 "as vLLM's allowed_token_ids as the authors did (default: not sent)",
                                                 metavar="ID,ID")

@@ -35,7 +35,13 @@ from r2med.errors import UsageError
 from r2med.options import Runtime
 from r2med.registry import Registry
 from r2med.rerankers.base import Reranker
-from r2med.rerankers.options import ListwiseOptions, PointwiseOptions, Qwen3RerankerOptions, Rank1Options, RankLlamaOptions
+from r2med.rerankers.options import (
+    ListwiseOptions,
+    PointwiseOptions,
+    Qwen3RerankerOptions,
+    Rank1Options,
+    RankLlamaOptions,
+)
 
 if TYPE_CHECKING:
     from r2med.rerankers.pointwise import PairScorer
