@@ -107,3 +107,13 @@ def test_importing_the_reranking_code_imports_nothing_heavy():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_reasoning_rerankers_have_their_hub_ids_and_folders():
+    assert [(s.name, s.kind, s.model, s.folder) for s in map(resolve_reranker, ("rank1-7b", "jhu-clsp/rank1-32b"))] == [
+        ("rank1-7b", "rank1", "jhu-clsp/rank1-7b", "rank1-7b"), ("rank1-32b", "rank1", "jhu-clsp/rank1-32b", "rank1-32b")]
+    qwen = [resolve_reranker(n) for n in ("qwen3-reranker-0.6b", "Qwen/Qwen3-Reranker-4B", "qwen3-reranker-8b")]
+    assert [(s.kind, s.model, s.max_length, s.folder) for s in qwen] == [
+        ("qwen3-reranker", "Qwen/Qwen3-Reranker-0.6B", 8192, "qwen3-reranker-0.6b"),
+        ("qwen3-reranker", "Qwen/Qwen3-Reranker-4B", 8192, "qwen3-reranker-4b"),
+        ("qwen3-reranker", "Qwen/Qwen3-Reranker-8B", 8192, "qwen3-reranker-8b")]

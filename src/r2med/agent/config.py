@@ -47,7 +47,6 @@ class AgentConfig(LLMOptions):
     policy: str = option("fallback", "a query the agent did not answer: fallback = the plain question as hy_doc, "
                          "authors = the whole output, error = leave it out (a failed query)", choices=POLICIES,
                          flag="--answer-policy", aliases=("answer_policy",))
-    max_requests: int | None = option(None, "budget: HTTP requests for the whole run", minimum=1, keyed=False)
 
     def __post_init__(self) -> None:
         super().__post_init__()

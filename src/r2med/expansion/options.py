@@ -58,6 +58,5 @@ class ExpandOptions(LLMOptions):
                          "authors = the whole text (the official code), error = a failed query", choices=POLICIES)
     prompt_dataset: str | None = option(None, "use this R2MED dataset's prompts (for a dataset outside R2MED; "
                                         "default: the dataset's own)", metavar="NAME")
-    max_requests: int | None = option(None, "budget: HTTP requests for the whole run", minimum=1, keyed=False)
     max_tokens_budget: int | None = option(None, "budget: prompt + completion tokens for the whole run", minimum=1,
                                            keyed=False)

@@ -13,6 +13,7 @@ rejected key, an unknown model or a used-up quota (``FatalProviderError``).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import time
@@ -41,6 +42,7 @@ from r2med.llm.requests import (  # re-exported: the request's data model lives 
     SamplingParams,
     Usage,
     canonical_request,
+    read_top_logprobs,
     request_key,
 )
 from r2med.settings import ENV_OPENAI_API_KEY
@@ -123,16 +125,20 @@ class ChatClient:
         return await self.complete(job.messages, job.params, extra=job.extra)
 
     async def complete_text(self, prompt: str, params: SamplingParams, *, stop: Sequence[str] = (),
-                            extra: dict[str, Any] | None = None) -> ChatResult:
+                            extra: dict[str, Any] | None = None, logprobs: int | None = None) -> ChatResult:
         """One text completion (``POST /v1/completions``) of ``prompt`` with retries, ending at any of ``stop``;
         ``extra``: request fields outside OpenAI's API (vLLM's and llama.cpp's ``top_k``, ``repetition_penalty``).
 
         An empty text is a valid answer here (the model may stop at once). ``ChatResult.stop`` is the stop string
         the server says it matched (vLLM's ``stop_reason``, llama.cpp's ``stopping_word``), else ``None``.
+        ``logprobs`` (OpenAI's field: how many top tokens per position) asks for log-probabilities; they come back
+        in ``ChatResult.top_logprobs`` (``read_top_logprobs``), and an answer without them is retried as unusable.
         """
-        fields = {**params.to_request(), **({"stop": list(stop)} if stop else {})}
+        fields = {**params.to_request(), **({"stop": list(stop)} if stop else {}),
+                  **({"logprobs": logprobs} if logprobs is not None else {})}
         payload = {"model": self.model, "prompt": prompt, **_sorted(fields), **(extra or {})}
-        return await self._send("completions", payload, self._text_result)
+        read = self._text_result if logprobs is None else self._text_result_with_logprobs
+        return await self._send("completions", payload, read)
 
     async def aclose(self) -> None:
         """Close the connections ``complete`` opened in the running event loop (``complete_many`` closes its own)."""
@@ -177,6 +183,13 @@ class ChatClient:
         matched = choice.get("stop_reason", choice.get("stopping_word"))
         return ChatResult(text, None, choice.get("finish_reason"), prompt, completion, attempts, seconds,
                           stop=matched if isinstance(matched, str) and matched else None)
+
+    def _text_result_with_logprobs(self, answer: dict[str, Any], attempts: int, seconds: float) -> ChatResult:
+        result = self._text_result(answer, attempts, seconds)
+        tops = read_top_logprobs(answer["choices"][0].get("logprobs"))
+        if tops is None:
+            raise BadAnswer("the answer carries no logprobs (a server that ignores the 'logprobs' field?)")
+        return dataclasses.replace(result, top_logprobs=tops)
 
     def _result(self, answer: dict[str, Any], attempts: int, seconds: float) -> ChatResult:
         choice, prompt, completion = self._choice(answer)

@@ -37,6 +37,9 @@ class LLMOptions:
     timeout: float = option(300.0, "seconds per request attempt", minimum=0.001, keyed=False)
     max_retries: int = option(5, "retries per request", minimum=0, keyed=False)
     concurrency: int = option(8, "requests in flight at once", minimum=1, keyed=False)
+    max_requests: int | None = option(None, "budget: HTTP requests for the whole run (retries included); when spent, "
+                                      "what was answered stays in the cache and the run exits 6: rerun to resume",
+                                      minimum=1, keyed=False)
     temperature: float | None = option(None, "sampling temperature ('none' sends none, for models that refuse one)",
                                        minimum=0, none_word=True)
     top_p: float | None = option(None, "nucleus sampling: the probability mass kept ('none' sends none)", minimum=0,
@@ -81,9 +84,12 @@ class LLMOptions:
                 if getattr(self, name) is not None}
 
     def client(self, base_url: str, **kwargs: Any) -> Any:
-        """A ``ChatClient`` for ``llm_model`` at ``base_url`` with this endpoint's key, timeout and retries."""
+        """A ``ChatClient`` for ``llm_model`` at ``base_url`` with this endpoint's key, timeout, retries and
+        ``max_requests`` budget (``budget=`` for another)."""
         from r2med.llm.client import ChatClient
+        from r2med.llm.requests import Budget
 
         self.ready()
+        kwargs.setdefault("budget", Budget(max_requests=self.max_requests))
         return ChatClient(self.llm_model, base_url, api_key=self.api_key(), api_key_env=self.api_key_env,
                           timeout=self.timeout, max_retries=self.max_retries, **kwargs)

@@ -47,6 +47,48 @@ class ChatResult:
     attempts: int
     seconds: float
     stop: str | None = None
+    #: per generated position, the top tokens and their log-probabilities (only when they were asked for)
+    top_logprobs: tuple[dict[str, float], ...] | None = None
+
+
+def read_top_logprobs(logprobs: Any) -> tuple[dict[str, float], ...] | None:
+    """The top log-probabilities per generated position of a text completion's ``logprobs``, in either form servers
+    send: OpenAI's completions form (vLLM: ``{"top_logprobs": [{token: logprob}, ...]}``) or the chat form
+    (llama.cpp: ``{"content": [{"top_logprobs": [{"token": t, "logprob": x}, ...]}, ...]}``). A token listed twice
+    (two ids that read alike) keeps its higher log-probability; entries that are not a token and a finite number
+    are left out. ``None`` when the answer carries none.
+
+    >>> read_top_logprobs({"tokens": [" true"], "top_logprobs": [{" true": -0.1, " false": -2.4}]})
+    ({' true': -0.1, ' false': -2.4},)
+    >>> read_top_logprobs({"content": [{"token": "yes", "logprob": -0.2,
+    ...                   "top_logprobs": [{"token": "yes", "logprob": -0.2}, {"token": "no", "logprob": -1.7}]}]})
+    ({'yes': -0.2, 'no': -1.7},)
+    >>> read_top_logprobs(None) is None, read_top_logprobs({"top_logprobs": [None]})
+    (True, ({},))
+    """
+    import math
+
+    if not isinstance(logprobs, dict):
+        return None
+    if isinstance(logprobs.get("top_logprobs"), list):
+        rows = [list(row.items()) if isinstance(row, dict) else [] for row in logprobs["top_logprobs"]]
+    elif isinstance(logprobs.get("content"), list):
+        rows = []
+        for item in logprobs["content"]:
+            tops = item.get("top_logprobs") if isinstance(item, dict) else None
+            rows.append([(t.get("token"), t.get("logprob")) for t in tops if isinstance(t, dict)]
+                        if isinstance(tops, list) else [])
+    else:
+        return None
+    out = []
+    for row in rows:
+        position: dict[str, float] = {}
+        for token, value in row:
+            if (isinstance(token, str) and isinstance(value, (int, float)) and not isinstance(value, bool)
+                    and math.isfinite(value)):
+                position[token] = max(float(value), position.get(token, -math.inf))
+        out.append(position)
+    return tuple(out)
 
 
 @dataclass

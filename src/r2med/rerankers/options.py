@@ -47,9 +47,6 @@ class WindowOptions(LLMOptions):
 
     window: int = option(20, "passages per window", minimum=1)
     stride: int = option(10, "step between windows", minimum=1)
-    max_requests: int | None = option(None, "budget: HTTP requests for the whole run (retries included); when spent, "
-                                      "the finished windows stay in the cache and the run exits 6: rerun to resume",
-                                      minimum=1, keyed=False)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,3 +88,40 @@ class ReasonRankOptions(WindowOptions):
     def ready(self) -> None:
         """The model defaults to the registry's: only an unset ``api_key_env`` variable is an error here."""
         self.api_key()
+
+
+@dataclass(frozen=True, kw_only=True)
+class LogprobOptions:
+    """What a reranker that reads an answer token's log-probability from a server asks for."""
+
+    top_logprobs: int = option(20, "rank1 / qwen3-reranker server: top log-probabilities asked per token (the "
+                               "authors' 20)", minimum=1)
+    answer_token_ids: list[int] | None = option(None, "rank1 / qwen3-reranker server: the ids of the two answer tokens "  # noqa: RUF009
+                                                "(' true',' false' / 'yes','no') in the served model's tokenizer, sent "
+                                                "as vLLM's allowed_token_ids as the authors did (default: not sent)",
+                                                metavar="ID,ID")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rank1Options(LogprobOptions, LLMOptions):
+    """Rank1 over an OpenAI-compatible /v1/completions server (vLLM): its authors' greedy 8192-token trace."""
+
+    llm_model: str | None = redefault(LLMOptions, "llm_model", None, note="default: the reranker's hub id")
+    temperature: float | None = redefault(LLMOptions, "temperature", 0.0)
+    max_tokens: int | None = redefault(LLMOptions, "max_tokens", 8192, note="default: 8192 for rank1")
+    dataset_prompt: str | None = option(None, "rank1: a prompt with FILL_QUERY_HERE where the query goes (the authors' "
+                                        "prompts.py; none for R2MED's datasets)", metavar="TEXT")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Qwen3RerankerOptions(LogprobOptions, LLMOptions, PointwiseOptions):
+    """Qwen3-Reranker: transformers on this machine, or (``via_server``) an OpenAI-compatible /v1/completions server."""
+
+    llm_model: str | None = redefault(LLMOptions, "llm_model", None, note="default: the reranker's hub id")
+    temperature: float | None = redefault(LLMOptions, "temperature", 0.0)
+    max_tokens: int | None = redefault(LLMOptions, "max_tokens", 1, note="default: 1 for qwen3-reranker")
+    via_server: bool = option(False, "qwen3-reranker: score through the server at --base-url (/v1/completions with "
+                              "logprobs) instead of loading the model here")
+    instruction: str | None = option(None, "qwen3-reranker: the <Instruct> text (default: the model card's 'Given a "
+                                     "web search query, retrieve relevant passages that answer the query')",
+                                     metavar="TEXT")

@@ -1,4 +1,4 @@
-"""Rerankers by name: the three of the paper, ``listwise`` and ReasonRank over an LLM server, or any cross-encoder.
+"""Rerankers by name: the three of the paper, listwise, ReasonRank, Rank1 and Qwen3-Reranker over an LLM, or any cross-encoder.
 
 ======================  =========================================================  ==========  ============
 name (aliases)          model                                                      max length  results folder
@@ -10,9 +10,13 @@ listwise (rankgpt)      --llm-model on --base-url, RankGPT sliding window       
 reasonrank-7b           liuwenhan/reasonrank-7B on --base-url (rank_GPT_reasoning)  512         reasonrank-7b
 reasonrank-32b          liuwenhan/reasonrank-32B on --base-url (rank_GPT_reasoning) 512         reasonrank-32b
 reasonrank-8b           liuwenhan/reasonrank-8B on --base-url (rank_GPT_qwen3)      512         reasonrank-8b
+rank1-7b (and 0.5b,     jhu-clsp/rank1-7b on --base-url (/v1/completions, logprobs) (16000)    rank1-7b
+1.5b, 3b, 14b, 32b, mistral-2501-24b, llama3-8b)
+qwen3-reranker-0.6b     Qwen/Qwen3-Reranker-0.6B here, or --via-server              8192        qwen3-reranker-0.6b
+(and -4b, -8b)
 ======================  =========================================================  ==========  ============
 
-Each kind of reranker (cross-encoder, rankllama, listwise) is a row of :data:`KINDS`: its options class
+Each kind of reranker (cross-encoder, rankllama, listwise, reasonrank, rank1, qwen3-reranker) is a row of :data:`KINDS`: its options class
 (``r2med.rerankers.options``) and its builder ``(spec, options, runtime)``; a name resolves to a
 :class:`RerankerSpec` (``resolve_reranker``) whose ``kind`` picks the row.
 
@@ -35,7 +39,14 @@ from r2med.errors import UsageError
 from r2med.options import Runtime
 from r2med.registry import Registry
 from r2med.rerankers.base import Reranker
-from r2med.rerankers.options import ListwiseOptions, PointwiseOptions, RankLlamaOptions, ReasonRankOptions
+from r2med.rerankers.options import (
+    ListwiseOptions,
+    PointwiseOptions,
+    Qwen3RerankerOptions,
+    Rank1Options,
+    RankLlamaOptions,
+    ReasonRankOptions,
+)
 
 if TYPE_CHECKING:
     from r2med.rerankers.pointwise import PairScorer
@@ -75,6 +86,15 @@ SPECS: tuple[RerankerSpec, ...] = (
                  prompt_mode="rank_GPT_reasoning", description="ReasonRank 32B (Qwen2.5-32B), listwise with reasoning"),
     RerankerSpec("reasonrank-8b", "reasonrank", "reasonrank-8b", model="liuwenhan/reasonrank-8B",
                  prompt_mode="rank_GPT_qwen3", description="ReasonRank 8B (Qwen3-8B), listwise with reasoning"),
+    # reasoning / LLM pointwise rerankers (r2med.rerankers.rank1, r2med.rerankers.qwen3)
+    *(RerankerSpec(f"rank1-{size}", "rank1", f"rank1-{size}", model=f"jhu-clsp/rank1-{size}",
+                   aliases=(f"jhu-clsp/rank1-{size}",),
+                   description=f"Rank1 {size}: reasons, then answers true/false; P(true) from a server's logprobs")
+      for size in ("0.5b", "1.5b", "3b", "7b", "14b", "32b", "mistral-2501-24b", "llama3-8b")),
+    *(RerankerSpec(f"qwen3-reranker-{size.lower()}", "qwen3-reranker", f"qwen3-reranker-{size.lower()}",
+                   model=f"Qwen/Qwen3-Reranker-{size}", max_length=8192, aliases=(f"Qwen/Qwen3-Reranker-{size}",),
+                   description=f"Qwen3-Reranker {size}: P(yes) vs no at the last position (local, or --via-server)")
+      for size in ("0.6B", "4B", "8B")),
 )
 
 
@@ -96,7 +116,7 @@ def resolve_reranker(name: str) -> RerankerSpec:
     >>> resolve_reranker("monobrt")
     Traceback (most recent call last):
     ...
-    r2med.errors.UsageError: unknown reranker 'monobrt'; did you mean 'monobert'? Valid: bge-reranker-v2-m3, listwise, monobert, rankllama, reasonrank-32b, reasonrank-7b, reasonrank-8b, or a local cross-encoder directory or hub id
+    r2med.errors.UsageError: unknown reranker 'monobrt'; did you mean 'monobert'? Valid: bge-reranker-v2-m3, listwise, monobert, qwen3-reranker-0.6b, qwen3-reranker-4b, qwen3-reranker-8b, rank1-0.5b, rank1-1.5b, rank1-14b, rank1-32b, rank1-3b, rank1-7b, rank1-llama3-8b, rank1-mistral-2501-24b, rankllama, reasonrank-32b, reasonrank-7b, reasonrank-8b, or a local cross-encoder directory or hub id
     """
     from r2med.retrievers.registry import system_name
 
@@ -153,14 +173,13 @@ def listwise_name(spec: RerankerSpec, options: ListwiseOptions) -> str:
 
 def _listwise(spec: RerankerSpec, options: ListwiseOptions, runtime: Runtime) -> Reranker:
     from r2med.llm.cache import ResponseCache
-    from r2med.llm.requests import Budget
     from r2med.rerankers.listwise import ListwiseReranker
     from r2med.retrievers.registry import system_name
     from r2med.settings import get_settings
 
     name = listwise_name(spec, options)
     base_url = options.base_url or get_settings().openai_base_url or "https://api.openai.com/v1"
-    client = options.client(base_url, budget=Budget(max_requests=options.max_requests))
+    client = options.client(base_url)
     cache = None
     if runtime.cache_dir is not None:
         model_folder = system_name(str(options.llm_model), flag="--llm-model")
@@ -177,7 +196,6 @@ def _reasonrank(spec: RerankerSpec, options: ReasonRankOptions, runtime: Runtime
     from dataclasses import replace
 
     from r2med.llm.cache import ResponseCache
-    from r2med.llm.requests import Budget
     from r2med.rerankers.listwise import ListwiseReranker
     from r2med.rerankers.reasonrank import ReasonRankPrompt, sampling_defaults
     from r2med.retrievers.registry import system_name
@@ -189,7 +207,7 @@ def _reasonrank(spec: RerankerSpec, options: ReasonRankOptions, runtime: Runtime
     if not base_url:
         raise UsageError(f"{spec.name} runs on an OpenAI-compatible server serving {model}: pass --base-url, e.g. "
                          f"http://localhost:8000/v1 after 'vllm serve {spec.model}'")
-    client = replace(options, llm_model=model).client(base_url, budget=Budget(max_requests=options.max_requests))
+    client = replace(options, llm_model=model).client(base_url)
     sampling, extra = sampling_defaults(mode, options.reasoning_maxlen)
     prompt = ReasonRankPrompt(options.tokenizer or str(spec.model), mode=mode, request_as=options.request_as,
                               doc_maxlen=options.doc_maxlen, extra=extra)
@@ -201,6 +219,51 @@ def _reasonrank(spec: RerankerSpec, options: ReasonRankOptions, runtime: Runtime
         cache=cache, concurrency=options.concurrency, on_error=options.on_error, progress=runtime.progress,
         prompt=prompt,
     )
+def _completions(spec: RerankerSpec, options: Any, runtime: Runtime, task: str) -> Any:
+    """The ``CompletionRequests`` of a pointwise LLM reranker: ``--llm-model`` (default: the spec's hub id) on the
+    server at ``--base-url`` (or ``$OPENAI_BASE_URL``), responses cached under R2MED_HOME."""
+    import dataclasses
+
+    from r2med.llm.cache import ResponseCache
+    from r2med.rerankers.completions import CompletionRequests
+    from r2med.retrievers.registry import system_name
+    from r2med.settings import get_settings
+
+    if not options.llm_model:
+        options = dataclasses.replace(options, llm_model=spec.model)
+    base_url = options.base_url or get_settings().openai_base_url
+    if not base_url:
+        raise UsageError(f"{spec.name} is scored by a server: pass --base-url URL of an OpenAI-compatible server with "
+                         f"/v1/completions and logprobs (e.g. vllm serve {spec.model})")
+    cache = None
+    if runtime.cache_dir is not None:
+        folder = system_name(str(options.llm_model), flag="--llm-model")
+        cache = ResponseCache(runtime.cache_dir / "rerank" / "completions" / f"{folder}.jsonl")
+    return CompletionRequests(options.client(base_url), task=task, cache=cache, concurrency=options.concurrency)
+
+
+def _rank1(spec: RerankerSpec, options: Rank1Options, runtime: Runtime) -> Reranker:
+    from r2med.rerankers import rank1
+
+    scorer = rank1.Rank1Scorer(_completions(spec, options, runtime, rank1.TASK), params=options.sampling(),
+                               logprobs=options.top_logprobs, answer_token_ids=options.answer_token_ids,
+                               dataset_prompt=options.dataset_prompt)
+    # a batch is what the score cache stores at once; every response is cached as it arrives
+    return _pointwise(spec, PointwiseOptions(), runtime, scorer, default_batch_size=max(32, 4 * options.concurrency))
+
+
+def _qwen3_reranker(spec: RerankerSpec, options: Qwen3RerankerOptions, runtime: Runtime) -> Reranker:
+    from r2med.rerankers import qwen3
+
+    if options.via_server:
+        scorer: PairScorer = qwen3.Qwen3ServerScorer(
+            _completions(spec, options, runtime, qwen3.TASK), instruction=options.instruction,
+            logprobs=options.top_logprobs, answer_token_ids=options.answer_token_ids, params=options.sampling())
+        return _pointwise(spec, options, runtime, scorer, default_batch_size=max(32, 4 * options.concurrency))
+    scorer = qwen3.Qwen3RerankerScorer(str(spec.model), max_length=options.max_length or spec.max_length or 8192,
+                                       instruction=options.instruction, device=options.device,
+                                       dtype=options.dtype or spec.dtype)
+    return _pointwise(spec, options, runtime, scorer, default_batch_size=8)
 
 
 #: ``(spec, options, runtime) -> Reranker``
@@ -222,6 +285,8 @@ KINDS: Mapping[str, RerankerKind] = MappingProxyType({kind.name: kind for kind i
     RerankerKind("rankllama", RankLlamaOptions, _rankllama),
     RerankerKind("listwise", ListwiseOptions, _listwise),
     RerankerKind("reasonrank", ReasonRankOptions, _reasonrank),
+    RerankerKind("rank1", Rank1Options, _rank1),
+    RerankerKind("qwen3-reranker", Qwen3RerankerOptions, _qwen3_reranker),
 )})
 
 

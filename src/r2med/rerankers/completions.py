@@ -1,0 +1,144 @@
+"""Pointwise LLM scoring over an OpenAI-compatible ``/v1/completions`` server, with log-probabilities.
+
+The reasoning rerankers (Rank1, Qwen3-Reranker through a server) send one text prompt per (query, document) pair
+and read the top log-probabilities of the last generated position. :class:`CompletionRequests` sends a batch
+of such requests with at most ``concurrency`` in flight and appends each response to a ``ResponseCache`` under its
+request key (model, prompt, sampling, stop strings, logprobs, extra fields) the moment it arrives, before it is
+used: a run killed midway sends none of its finished requests again. The score cache of ``PointwiseReranker`` sits
+on top, so a pair scored once is not even looked up here again.
+
+The package data ``r2med/data/pointwise_llm_prompts.json`` holds the authors' prompt texts with their file:line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from r2med.errors import UsageError
+from r2med.io.aio import run_sync
+from r2med.llm.cache import ResponseCache
+from r2med.llm.client import ChatClient, ChatResult, SamplingParams, request_key
+
+logger = logging.getLogger(__name__)
+
+
+@cache
+def prompt_data() -> dict[str, Any]:
+    """The packaged prompt texts of the pointwise LLM rerankers (``pointwise_llm_prompts.json``)."""
+    text = resources.files("r2med").joinpath("data/pointwise_llm_prompts.json").read_text(encoding="utf-8")
+    return json.loads(text)
+
+
+def fact(reranker: str, name: str) -> Any:
+    """One quoted fact (``text``) of ``reranker`` in the package data.
+
+    >>> fact("rank1", "stop")
+    ['</think> true', '</think> false']
+    """
+    return prompt_data()[reranker][name]["text"]
+
+
+def two_way(top: Mapping[str, float], first: str, second: str, *, missing: float | None = None) -> float | None:
+    """``exp(a) / (exp(a) + exp(b))`` for the log-probabilities ``a``, ``b`` of tokens ``first`` and ``second`` in
+    ``top``; a token not there counts as ``missing`` (None: no score then). Computed as a logistic of ``a - b``.
+
+    >>> round(two_way({" true": math.log(0.6), " false": math.log(0.2)}, " true", " false"), 6)
+    0.75
+    >>> two_way({" true": -0.1}, " true", " false") is None, round(two_way({"yes": -10.0}, "yes", "no", missing=-10), 2)
+    (True, 0.5)
+    """
+    a, b = top.get(first, missing), top.get(second, missing)
+    if a is None or b is None:
+        return None
+    diff = float(b) - float(a)
+    return 1.0 / (1.0 + math.exp(diff)) if diff < 700 else 0.0
+
+
+@dataclass(frozen=True)
+class TextRequest:
+    """One ``/v1/completions`` request: the prompt, its sampling, stop strings, top logprobs and extra fields."""
+
+    prompt: str
+    params: SamplingParams
+    stop: tuple[str, ...] = ()
+    logprobs: int = 20
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def key(self, model: str, task: str) -> str:
+        """The response-cache key: everything the response depends on (not the server's address)."""
+        return request_key(model, [{"role": "completion", "content": self.prompt}], self.params,
+                           extra={"task": task, "stop": list(self.stop), "logprobs": self.logprobs, **self.extra})
+
+
+def record_of(result: ChatResult) -> dict[str, Any]:
+    """What is kept of a response: its text, how it ended, its tokens and the top logprobs of its last position."""
+    tops = result.top_logprobs or ()
+    return {"text": result.text, "finish_reason": result.finish_reason, "stop": result.stop,
+            "last_top_logprobs": dict(tops[-1]) if tops else None, "positions": len(tops),
+            "prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens,
+            "attempts": result.attempts, "seconds": round(result.seconds, 3)}
+
+
+class CompletionRequests:
+    """Sends text completions through ``client``, each answered from ``cache`` when it holds it.
+
+    ``requests_sent``/``cached`` count this object's requests (the client's ``usage`` counts attempts and tokens).
+    """
+
+    def __init__(self, client: ChatClient, *, task: str, cache: ResponseCache | None = None, concurrency: int = 8) -> None:
+        if concurrency < 1:
+            raise UsageError(f"concurrency must be at least 1, got {concurrency}")
+        self.client = client
+        self.task = task
+        self.cache = cache
+        self.concurrency = concurrency
+        self.requests_sent = 0
+        self.cached = 0
+
+    def fetch(self, requests: Sequence[TextRequest]) -> list[dict[str, Any]]:
+        """The record (``record_of``) of each request, in order: from the cache, else requested and stored at once."""
+        keys = [request.key(self.client.model, self.task) for request in requests]
+        out: dict[str, dict[str, Any]] = {}
+        todo: dict[str, TextRequest] = {}
+        for key, request in zip(keys, requests):
+            hit = self.cache.get(key) if self.cache is not None else None
+            if hit is not None:
+                out[key] = hit
+                self.cached += 1
+            else:
+                todo.setdefault(key, request)
+        if todo:
+            run_sync(lambda send: self._send_all(todo, send), lambda key, record: self._store(key, record, out))
+        return [out[key] for key in keys]
+
+    def _store(self, key: str, record: dict[str, Any], out: dict[str, dict[str, Any]]) -> None:
+        if self.cache is not None:
+            self.cache.append(key, record)
+        out[key] = record
+        self.requests_sent += 1
+
+    async def _send_all(self, todo: dict[str, TextRequest], send: Any) -> None:
+        gate = asyncio.Semaphore(self.concurrency)
+
+        async def one(key: str, request: TextRequest) -> None:
+            async with gate:
+                result = await self.client.complete_text(request.prompt, request.params, stop=request.stop,
+                                                         extra=dict(request.extra), logprobs=request.logprobs)
+            send(key, record_of(result))
+
+        tasks = [asyncio.ensure_future(one(key, request)) for key, request in todo.items()]
+        try:
+            await asyncio.gather(*tasks)
+        finally:  # the first failure stops the batch: what finished is stored, the rest is sent by the rerun
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self.client.aclose()
