@@ -251,7 +251,11 @@ def plan_for(system: str, *, first_stage: str | None = None) -> Plan:
     if on_paper:
         where = SystemPath.parse(published(str(where)).path)
     elif board is None:
-        published(str(where))  # UsageError: unknown, with a suggestion and the valid paths
+        from r2med.registry import Registry
+        from r2med.reporting.official import leaderboard_entries, published_paths
+
+        known = {path: path for path in (*(row.system for row in leaderboard_entries()), *published_paths())}
+        Registry("published system", known).get(str(where))  # UsageError: the closest of the 93 and the valid ones
     retriever = _AS_PUBLISHED.get(where.system, where.system)
     if where.kind == "reranker":
         # the official reranker runs kept only the reranked top k (their R@100 equals R@k): truncated

@@ -170,7 +170,8 @@ def _reproduce(plan, args: argparse.Namespace) -> int:
     if not compared:  # nothing was checked: never a quiet pass
         raise _nothing_compared(ours, args.metric, average)
     if failed:
-        print(f"{len(failed)} of {len(compared)} compared differ by more than the tolerance: {', '.join(failed)}")
+        what = "datasets" if average is None else "compared (datasets and the average)"
+        print(f"{len(failed)} of {len(compared)} {what} differ by more than the tolerance: {', '.join(failed)}")
         return 1
     what = "the average matches" if average is not None else f"all {len(compared)} compared datasets match"
     print(what)
