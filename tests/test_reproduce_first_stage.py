@@ -179,7 +179,7 @@ def test_a_url_is_downloaded_once_checksummed_and_a_changed_download_refused(cli
 
 def test_the_authors_runs_are_checked_against_the_digests_r2med_knows(cli, tmp_path, eight, runs, server,
                                                                      reasonrank_standin, monkeypatch):
-    import r2med.reproduce as reproduce
+    from r2med import reproduce
 
     record = {"description": "the test's E5 top-100 runs", "system": "e5", "paper_row": "base retriever/e5",
               "url": server, "files": {name: {"sha256": hashlib.sha256(RUN.encode()).hexdigest(), "size": len(RUN)}

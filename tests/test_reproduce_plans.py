@@ -200,7 +200,7 @@ print(json.dumps({"codes": codes, "heavy": heavy, "calls": len(calls)}), file=sy
 
 def test_a_dry_run_imports_no_torch_and_makes_no_network_call(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "HF_HUB_OFFLINE": "", "R2MED_HOME": str(tmp_path)}
-    done = subprocess.run([sys.executable, "-X", "importtime", "-c", _PROBE], capture_output=True, text=True, env=env,
+    done = subprocess.run([sys.executable, "-X", "importtime", "-c", _PROBE], capture_output=True, text=True, env=env, check=False,
                           timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stderr.strip().splitlines()[-1])
