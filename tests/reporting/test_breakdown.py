@@ -130,7 +130,9 @@ def test_task_averages_of_the_published_tables(tmp_path):
         result = run("leaderboard", *source, "--by", "task")
         assert result.code == 0, result.err
         header = [c.strip() for c in result.out.splitlines()[0].split("|")][5:-1]
-        assert header == [QA, EVIDENCE, CASE, "Avg", "coverage"]
+        # with the paper, the public leaderboard's average (over the eight) stands beside the computed one
+        listed = ["leaderboard"] if source == ["--with-paper"] else []
+        assert header == [QA, EVIDENCE, CASE, "Avg", *listed, "coverage"]
         for path in ("base retriever/bm25", "base retriever/nv", "gar/hyde/gpt4/nv", "reranker/monobert/nv/top_10"):
             assert _cells(result.out, path, paper=source == ["--with-paper"])[:4] == [*(_paper_mean(path, names) for names in tasks.values()),
                                                           _paper_mean(path, dataset_names())], path

@@ -77,14 +77,16 @@ def register(subparsers, common_parent: argparse.ArgumentParser | None = None) -
         subparsers, common_parent, "leaderboard",
         help="systems x datasets table from result directories, next to the paper's numbers",
         description="Rows: systems found under RESULT_DIRS (r2med's output or the official results/ tree, read as "
-                    "is) and, with --with-paper, the 71 published systems, cut to the same datasets. Columns: the "
+                    "is) and, with --with-paper, the 71 published systems and the 22 rows of R2MED's public leaderboard "
+                    "that have only an average (93), cut to the same datasets. Columns: the "
                     "datasets the results hold (any collection: R2MED's eight in the paper's order first, then the "
                     "others alphabetically) and their average over the datasets shown, x100 with 2 decimals; "
                     "systems missing datasets show their coverage and no average. --by task or body-system groups "
                     "the columns as the paper does.",
     )
     parser.add_argument("result_dirs", nargs="*", type=Path, metavar="RESULT_DIR", help="result directories")
-    parser.add_argument("--with-paper", action="store_true", help="add the published numbers (source 'paper')")
+    parser.add_argument("--with-paper", action="store_true", help="add the published numbers (source 'paper') and the public leaderboard (its averages in "
+                             "column 'leaderboard'; its rows without per-dataset numbers as source 'leaderboard')")
     parser.add_argument("--datasets", "--tasks", dest="datasets", type=csv_list, default=None, metavar="NAMES",
                         help="comma-separated datasets to show; 'r2med' = R2MED's eight, 'all' = every dataset held "
                              "(default: every dataset the results hold)")

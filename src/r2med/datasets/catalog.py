@@ -72,3 +72,25 @@ def resolve_names(names: list[str] | tuple[str, ...] | None) -> list[DatasetSpec
         spec = get_spec(name)
         seen.setdefault(spec.name, spec)
     return list(seen.values())
+
+
+@lru_cache(maxsize=1)
+def published_expansions() -> dict[str, tuple[str, ...]]:
+    """The expansions the authors published in the hub repos, seen on the Biology dataset card: method -> LLMs
+    (package data ``datasets.json``, ``expansions``; each is ``<method>/<llm>/query_with_hydoc.jsonl`` in the repo,
+    the dataset config ``<method>``, split :func:`hub_split` of the LLM).
+
+    >>> published_expansions()["search-o1"], "o3-mini" in published_expansions()["hyde"]
+    (('qwq-32b', 'qwen3-32b'), True)
+    """
+    raw = json.loads(resources.files("r2med").joinpath("data/datasets.json").read_text(encoding="utf-8"))
+    return {method: tuple(llms) for method, llms in raw.get("expansions", {}).items()}
+
+
+def hub_split(llm: str) -> str:
+    """The split of an LLM's expansions in a hub dataset's config (``_`` where the folder has ``-``).
+
+    >>> hub_split("o3-mini"), hub_split("qwen-3b-ins")
+    ('o3_mini', 'qwen_3b_ins')
+    """
+    return llm.replace("-", "_")

@@ -11,6 +11,14 @@ alphabetically; ``r2med.reporting.columns``), or those asked for; the official t
 collections (``BEIR_NFCorpus.json``) only when asked for by name. Metric keys are read in either official
 style (``ndcg_at_10``, ``NDCG@10``). The paper's rows are cut to the same columns.
 
+With ``--with-paper`` the table also holds R2MED's public leaderboard (package data ``leaderboard.json``): the
+paper's systems that are on it carry the leaderboard's own average beside the computed one (column ``leaderboard``),
+and the 22 rows the leaderboard lists without per-dataset numbers are rows of source ``leaderboard`` that show
+``-`` per dataset and the listed average, with a note saying so. Where the listed average differs from the mean of
+the published per-dataset numbers (MedCPT's 9.02 vs 7.87; three rows 0.01 apart from rounding) a note says by how
+much. The leaderboard's averages are nDCG@10 over R2MED's eight datasets: they are shown only when the table shows
+those (and ``ndcg_at_10``).
+
 A row's average is the mean over the datasets shown (``Avg`` over R2MED's eight, ``Avg (3 datasets)``
 otherwise); a system missing datasets shows its coverage (``6/8``) and no average, and is ranked after the
 complete ones (by coverage, then by the mean of what it has). Values are shown x100 with 2 decimals, rounded
@@ -27,13 +35,20 @@ import logging
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 
 from r2med.datasets.catalog import dataset_names
 from r2med.errors import DamagedFileError, InvalidInputError, MissingResourceError, UsageError
 from r2med.manifest import MANIFEST_SUFFIX
 from r2med.reporting.columns import Breakdown, average_label, choose_datasets, dataset_of
-from r2med.reporting.official import display_name, normalise_metric, normalise_metrics, published_systems
+from r2med.reporting.official import (
+    display_name,
+    leaderboard_entries,
+    normalise_metric,
+    normalise_metrics,
+    published_systems,
+)
 from r2med.reporting.paths import system_path
 from r2med.reporting.render import render_template
 from r2med.reporting.tables import csv_text, markdown_table, md_label, md_text, pct
@@ -43,6 +58,10 @@ from r2med.types import exact_mean
 logger = logging.getLogger(__name__)
 
 PAPER = "paper"
+#: the source of a leaderboard row the paper's results tree has no per-dataset numbers for
+LEADERBOARD = "leaderboard"
+#: the metric the public leaderboard lists
+LEADERBOARD_METRIC = "ndcg_at_10"
 
 
 @dataclass(frozen=True)
@@ -55,14 +74,17 @@ class SystemResults:
     directory: Path | None = None
     files: Mapping[str, Path] = field(default_factory=dict)
     note: str | None = None
+    #: the public leaderboard's average (0-1, nDCG@10 over R2MED's eight) when the system is on it
+    listed: float | None = None
+    label: str | None = None
 
     @property
     def published(self) -> bool:
-        return self.source == PAPER
+        return self.source in (PAPER, LEADERBOARD)
 
     @property
     def name(self) -> str:
-        return display_name(self.system)
+        return self.label or display_name(self.system)
 
 
 def _read_json(path: Path):
@@ -128,6 +150,37 @@ def paper_results() -> list[SystemResults]:
     return [SystemResults(p.path, PAPER, p.scores, note=p.note) for p in published_systems()]
 
 
+def published_board() -> list[SystemResults]:
+    """What ``--with-paper`` adds: the 71 published systems, each on the leaderboard with its listed average, then
+    the 22 leaderboard rows without per-dataset numbers (source ``leaderboard``, their listed average only): 93.
+
+    >>> board_systems = published_board()
+    >>> len(board_systems), sum(s.source == LEADERBOARD for s in board_systems)
+    (93, 22)
+    >>> medcpt = next(s for s in board_systems if s.system == "base retriever/medcpt")
+    >>> medcpt.listed, len(medcpt.scores)
+    (0.0902, 8)
+    """
+    listed = {entry.system: entry for entry in leaderboard_entries()}
+    systems = []
+    for system in paper_results():
+        entry = listed.get(system.system)
+        systems.append(SystemResults(system.system, PAPER, system.scores, note=system.note,
+                                     listed=None if entry is None else _fraction(entry.average)))
+    for entry in leaderboard_entries():
+        if not entry.published:
+            systems.append(SystemResults(entry.system, LEADERBOARD, {}, listed=_fraction(entry.average),
+                                         label=entry.name))
+    return systems
+
+
+def _fraction(points: float) -> float:
+    """x100 with 2 decimals -> the 0-1 scale, exactly as a decimal (42.85 -> 0.4285, not 0.42850000000000005)."""
+    from decimal import Decimal
+
+    return float(Decimal(repr(points)) / 100)
+
+
 def _r2med_datasets() -> tuple[str, ...]:
     return tuple(dataset_names())
 
@@ -143,10 +196,30 @@ class Row:
     values: Mapping[str, float]
     note: str | None = None
     datasets: tuple[str, ...] = field(default_factory=_r2med_datasets)
+    #: the public leaderboard's average (0-1) when it is shown (R2MED's eight datasets, nDCG@10)
+    listed: float | None = None
 
     @property
     def published(self) -> bool:
-        return self.source == PAPER
+        return self.source in (PAPER, LEADERBOARD)
+
+    @property
+    def average_only(self) -> bool:
+        """A leaderboard row without per-dataset numbers: only its listed average is known."""
+        return self.source == LEADERBOARD
+
+    @property
+    def shown_average(self) -> float | None:
+        """The average the table shows: the computed one, or a leaderboard-only row's listed one."""
+        return self.listed if self.average_only else self.average
+
+    @property
+    def rank_key(self) -> tuple:
+        """Complete systems (and leaderboard-only rows, by their listed average) first by average, then the others by
+        coverage and covered mean."""
+        if self.average_only:
+            return (-len(self.datasets), -(self.listed or 0.0), self.system, self.source)
+        return (-self.coverage, -(self.covered_mean or 0.0), self.system, self.source)
 
     @property
     def coverage(self) -> int:
@@ -192,17 +265,20 @@ def build_rows(systems: Iterable[SystemResults], metric: str = "ndcg_at_10",
     systems = list(systems)
     key = normalise_metric(metric)
     shown = tuple(choose_datasets(held_datasets(systems), datasets))
+    on_board = key == LEADERBOARD_METRIC and shown == _r2med_datasets()  # what the leaderboard's averages are over
     rows = []
     for s in systems:
         values = {ds: normalise_metrics(s.scores[ds])[key] for ds in shown
                   if ds in s.scores and key in normalise_metrics(s.scores[ds])}
-        if values:
-            rows.append(Row(s.system, s.name, s.source, values, s.note, shown))
-    return sorted(rows, key=lambda r: (-r.coverage, -(r.covered_mean or 0.0), r.system, r.source))
+        listed = s.listed if on_board else None
+        if values or (s.source == LEADERBOARD and listed is not None):
+            rows.append(Row(s.system, s.name, s.source, values, s.note, shown, listed))
+    return sorted(rows, key=lambda r: r.rank_key)
 
 
 def gather(result_dirs: Sequence[Path], *, with_paper: bool = False) -> list[SystemResults]:
-    """Every system under ``result_dirs`` (and the paper's with ``with_paper``); MissingResourceError when none."""
+    """Every system under ``result_dirs`` (and with ``with_paper`` the paper's and the leaderboard's:
+    :func:`published_board`); MissingResourceError when none."""
     systems: list[SystemResults] = []
     for root in result_dirs:
         found = discover(Path(root))
@@ -210,7 +286,7 @@ def gather(result_dirs: Sequence[Path], *, with_paper: bool = False) -> list[Sys
             logger.warning("%s: no result files found (<Dataset>.json with a 'test' object)", root)
         systems.extend(found)
     if with_paper:
-        systems.extend(paper_results())
+        systems.extend(published_board())
     if not systems:
         raise MissingResourceError(
             "no results to show: give result directories (written by 'r2med run' or the official results/ tree) "
@@ -262,19 +338,42 @@ def board(rows: Sequence[Row], metric: str, breakdown: Breakdown | None = None) 
         return breakdown.values.get((row.system, row.source), {}) if breakdown else row.values
 
     best = {c: max(vals) for c in columns if (vals := [values(r)[c] for r in rows if c in values(r)])}
-    best_average = max((r.average for r in rows if r.average is not None), default=None)
+    best_average = max((r.shown_average for r in rows if r.shown_average is not None), default=None)
+    listed = any(r.listed is not None for r in rows)
     body = []
     for rank, row in enumerate(rows, start=1):
         have = values(row)
         cells = [(pct(have.get(c)), c in have and have[c] == best.get(c)) for c in columns]
-        cells.append((pct(row.average), row.average is not None and row.average == best_average))
+        cells.append((pct(row.shown_average), row.shown_average is not None and row.shown_average == best_average))
         body.append({"rank": rank, "name": row.name, "system": row.system, "source": row.source,
                      "published": row.published, "cells": cells, "coverage": f"{row.coverage}/{len(datasets)}",
-                     "complete": row.complete, "covered_mean": pct(row.covered_mean)})
-    shown_notes = {f"{r.name} ({r.source})": r.note for r in rows if r.note}
+                     "complete": row.complete, "covered_mean": pct(row.covered_mean), "listed": pct(row.listed),
+                     "average_only": row.average_only})
+    shown_notes = {}
+    for r in rows:
+        text = "; ".join(t for t in (r.note, listed_difference(r)) if t)
+        if text:
+            shown_notes[f"{r.name} ({r.source})"] = text
+    only = [r for r in rows if r.average_only]
+    if only:
+        shown_notes[f"{len(only)} rows of source '{LEADERBOARD}'"] = (
+            "R2MED's public leaderboard lists only their average; no per-dataset numbers are published, so each "
+            "dataset shows '-' and the average is the leaderboard's")
     return {"metric": normalise_metric(metric), "datasets": list(datasets), "columns": columns,
             "by": breakdown.by if breakdown else "dataset", "average_label": average_label(datasets),
-            "rows": body, "notes": shown_notes}
+            "rows": body, "notes": shown_notes, "listed": listed}
+
+
+def listed_difference(row: Row) -> str | None:
+    """A note for a published row whose leaderboard average differs, as printed, from the mean of its published
+    per-dataset numbers (None when they agree or the row is not on the leaderboard)."""
+    if row.listed is None or row.average_only or row.average is None or pct(row.listed) == pct(row.average):
+        return None
+    gap = abs(Decimal(pct(row.listed)) - Decimal(pct(row.average)))
+    why = ("a rounding difference" if gap <= Decimal("0.01")
+           else "the leaderboard's number has no per-dataset numbers behind it")
+    return (f"the leaderboard lists {pct(row.listed)}, the mean of the published per-dataset numbers is "
+            f"{pct(row.average)} ({gap} apart: {why})")
 
 
 def legend_text(metric: str, datasets: Sequence[str] | None = None, breakdown: Breakdown | None = None) -> str:
@@ -291,16 +390,22 @@ def legend_text(metric: str, datasets: Sequence[str] | None = None, breakdown: B
 
 
 def _legend(data: dict, breakdown: Breakdown | None) -> str:
-    return legend_text(data["metric"], data["datasets"], breakdown)
+    text = legend_text(data["metric"], data["datasets"], breakdown)
+    if data.get("listed"):
+        text += (f" leaderboard = the average R2MED's public leaderboard lists; source '{LEADERBOARD}' = a row only "
+                 "the leaderboard has (its average, no per-dataset numbers).")
+    return text
 
 
 def to_markdown(rows: Sequence[Row], metric: str, breakdown: Breakdown | None = None) -> str:
     """The table in Markdown; names, paths, sources and notes are HTML-escaped (:func:`md_text`)."""
     data = board(rows, metric, breakdown)
-    headers = ["#", "system", "path", "source", *(md_label(c) for c in data["columns"]), data["average_label"], "coverage"]
+    extra = ["leaderboard"] if data["listed"] else []
+    headers = ["#", "system", "path", "source", *(md_label(c) for c in data["columns"]), data["average_label"], *extra,
+               "coverage"]
     body = [[r["rank"], md_text(r["name"]), md_text(r["system"]), md_text(r["source"]), *[c for c, _ in r["cells"]],
-             r["coverage"]] for r in data["rows"]]
-    right = [True, False, False, False] + [True] * (len(data["columns"]) + 2)
+             *([r["listed"]] if extra else []), r["coverage"]] for r in data["rows"]]
+    right = [True, False, False, False] + [True] * (len(data["columns"]) + 2 + len(extra))
     lines = [markdown_table(headers, body, align_right=right), "", md_label(_legend(data, breakdown))]
     lines += [f"Note, {md_text(who)}: {md_text(text)}" for who, text in data["notes"].items()]
     return "\n".join(lines)
@@ -309,10 +414,11 @@ def to_markdown(rows: Sequence[Row], metric: str, breakdown: Breakdown | None = 
 def to_csv(rows: Sequence[Row], metric: str, breakdown: Breakdown | None = None) -> str:
     """The table as CSV (:func:`csv_text`): formula-looking text made inert, numbers kept, RFC 4180 quoting."""
     data = board(rows, metric, breakdown)
-    table: list[list[object]] = [["rank", "system", "path", "source", *data["columns"], "average", "coverage"]]
+    extra = ["leaderboard_average"] if data["listed"] else []
+    table: list[list[object]] = [["rank", "system", "path", "source", *data["columns"], "average", *extra, "coverage"]]
     for r in data["rows"]:
         table.append([r["rank"], r["name"], r["system"], r["source"], *[("" if c == "-" else c) for c, _ in r["cells"]],
-                      r["coverage"]])
+                      *([("" if r["listed"] == "-" else r["listed"])] if extra else []), r["coverage"]])
     return csv_text(table)
 
 
@@ -327,7 +433,9 @@ def to_json(rows: Sequence[Row], metric: str, breakdown: Breakdown | None = None
         "rows": [
             {"system": r.system, "name": r.name, "source": r.source, "published": r.published,
              "values": {ds: r.values.get(ds) for ds in datasets}, "average": r.average,
-             "coverage": r.coverage, "covered_mean": r.covered_mean, "note": r.note}
+             "coverage": r.coverage, "covered_mean": r.covered_mean, "note": r.note,
+             **({"leaderboard_average": r.listed, "average_only": r.average_only,
+                 "leaderboard_note": listed_difference(r)} if any(x.listed is not None for x in rows) else {})}
             for r in rows
         ],
     }

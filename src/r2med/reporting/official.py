@@ -179,3 +179,53 @@ def official_tree_extras() -> frozenset[str]:
 def notes() -> dict[str, str]:
     """Notes on particular published numbers (path -> text)."""
     return dict(_data().get("notes", {}))
+
+
+@dataclass(frozen=True)
+class LeaderboardEntry:
+    """One row of R2MED's public leaderboard (package data ``r2med/data/leaderboard.json``, a copy of the table
+    sampled on the date its ``_source`` gives): its ``rank``, ``name``, ``average`` (nDCG@10 x100 over the eight
+    datasets, as listed), the results path it belongs under (``system``), whether the paper's results tree holds its
+    per-dataset numbers (``published``) and, where the mean of those numbers differs from the listed average,
+    that mean (``published_average``, x100)."""
+
+    rank: int
+    name: str
+    average: float
+    system: str
+    published: bool
+    published_average: float | None = None
+
+
+@lru_cache(maxsize=1)
+def _leaderboard() -> tuple[LeaderboardEntry, ...]:
+    text = resources.files("r2med").joinpath("data/leaderboard.json").read_text(encoding="utf-8")
+    rows = json.loads(text)["rows"]
+    return tuple(LeaderboardEntry(int(r["rank"]), r["name"], float(r["average"]), r["system"], bool(r["published"]),
+                                  r.get("published_average")) for r in rows)
+
+
+def leaderboard_entries() -> list[LeaderboardEntry]:
+    """The public leaderboard's 69 rows, in its order (rank 1 first).
+
+    >>> rows = leaderboard_entries()
+    >>> len(rows), rows[1].system, rows[1].average, sum(not r.published for r in rows)
+    (69, 'reranker/reasonrank-32b/e5/top_100', 42.85, 22)
+    """
+    return list(_leaderboard())
+
+
+def leaderboard_entry(system: str) -> LeaderboardEntry | None:
+    """The leaderboard's row for the results path ``system`` (None when the leaderboard has none).
+
+    >>> leaderboard_entry("base retriever/medcpt").average, leaderboard_entry("gar/lamer/gpt4/nv")
+    (9.02, None)
+    """
+    wanted = system.strip("/")
+    return next((row for row in _leaderboard() if row.system == wanted), None)
+
+
+def leaderboard_source() -> str:
+    """Where the packaged leaderboard comes from (its ``_source``)."""
+    text = resources.files("r2med").joinpath("data/leaderboard.json").read_text(encoding="utf-8")
+    return str(json.loads(text)["_source"])

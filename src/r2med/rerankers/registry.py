@@ -36,6 +36,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from r2med.errors import UsageError
+from r2med.needs import Need
 from r2med.options import Runtime
 from r2med.registry import Registry
 from r2med.rerankers.base import Reranker
@@ -270,29 +271,69 @@ def _qwen3_reranker(spec: RerankerSpec, options: Qwen3RerankerOptions, runtime: 
 Builder = Callable[[RerankerSpec, Any, Runtime], Reranker]
 
 
+def _model_needs(spec: RerankerSpec) -> tuple[Need, ...]:
+    """A reranker model run here: GPU-sized, its weights from the hub (not for a local directory)."""
+    models = [m for m in (spec.model, spec.base_model) if m]
+    shown = " + ".join(models) or spec.name
+    hub = [m for m in models if not Path(m).expanduser().exists()]
+    return (Need("gpu", f"{spec.name}: {shown}"),
+            *((Need("hub", f"model weights: {' + '.join(hub)}"),) if hub else ()))
+
+
+def _server_needs(spec: RerankerSpec) -> tuple[Need, ...]:
+    """A reranker that sends its prompts to an LLM server (a local one, or a hosted API with its key)."""
+    return (Need("llm-server", f"{spec.name}: --llm-model on --base-url"),
+            Need("api-key", "for a hosted API: $OPENAI_API_KEY or --api-key-env; none for a local server"))
+
+
+def _served_model_needs(spec: RerankerSpec) -> tuple[Need, ...]:
+    """A reranker model served by an OpenAI-compatible server (vLLM): a GPU-sized server; ReasonRank also reads the
+    model's tokenizer here (the local Hugging Face cache or --tokenizer DIR)."""
+    tokenizer = (Need("hub", f"{spec.model}'s tokenizer (or --tokenizer DIR)"),) if spec.kind == "reasonrank" else ()
+    return (Need("llm-server", f"{spec.name}: a server serving {spec.model} on --base-url (GPU-sized)"), *tokenizer)
+
+
+def _no_needs(spec: RerankerSpec) -> tuple[Need, ...]:
+    return ()
+
+
 @dataclass(frozen=True)
 class RerankerKind:
-    """A kind of reranker: the class of its options and how it is built."""
+    """A kind of reranker: the class of its options, how it is built and what running it needs (``needs(spec)``,
+    ``r2med.needs``: known without loading anything)."""
 
     name: str
     options: type
     build: Builder
+    needs: Callable[[RerankerSpec], tuple[Need, ...]] = _no_needs
 
 
 #: How each kind of reranker is built; adding a kind is its module and one row here.
 KINDS: Mapping[str, RerankerKind] = MappingProxyType({kind.name: kind for kind in (
-    RerankerKind("cross-encoder", PointwiseOptions, _cross_encoder),
-    RerankerKind("rankllama", RankLlamaOptions, _rankllama),
-    RerankerKind("listwise", ListwiseOptions, _listwise),
-    RerankerKind("reasonrank", ReasonRankOptions, _reasonrank),
-    RerankerKind("rank1", Rank1Options, _rank1),
-    RerankerKind("qwen3-reranker", Qwen3RerankerOptions, _qwen3_reranker),
+    RerankerKind("cross-encoder", PointwiseOptions, _cross_encoder, needs=_model_needs),
+    RerankerKind("rankllama", RankLlamaOptions, _rankllama, needs=_model_needs),
+    RerankerKind("listwise", ListwiseOptions, _listwise, needs=_server_needs),
+    RerankerKind("reasonrank", ReasonRankOptions, _reasonrank, needs=_served_model_needs),
+    RerankerKind("rank1", Rank1Options, _rank1, needs=_served_model_needs),
+    RerankerKind("qwen3-reranker", Qwen3RerankerOptions, _qwen3_reranker, needs=_model_needs),
 )})
 
 
 def reranker_kind(name: str) -> RerankerKind:
     """The kind of the reranker ``name`` (see ``resolve_reranker``)."""
     return KINDS[resolve_reranker(name).kind]
+
+
+def reranker_needs(name: str) -> tuple[Need, ...]:
+    """What running the reranker ``name`` needs, from its kind's row (UsageError for an unknown name); loads nothing.
+
+    >>> [n.text for n in reranker_needs("mono")]
+    ['a GPU-sized model (monobert: castorini/monobert-large-msmarco)', 'Hugging Face hub access (model weights: castorini/monobert-large-msmarco)']
+    >>> [n.kind for n in reranker_needs("listwise")]
+    ['llm-server', 'api-key']
+    """
+    spec = resolve_reranker(name)
+    return KINDS[spec.kind].needs(spec)
 
 
 def option_classes() -> tuple[type, ...]:

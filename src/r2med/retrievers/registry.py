@@ -26,6 +26,7 @@ from typing import Any
 
 from r2med.errors import UsageError
 from r2med.io.names import check_name
+from r2med.needs import Need
 from r2med.options import Runtime, key_of, option, split_inline, values_from_text
 from r2med.retrievers.base import Retriever
 from r2med.retrievers.bm25.options import BM25Options
@@ -88,6 +89,14 @@ class RetrieverSpec:
     def system(self) -> str:
         """The results-folder name this retriever gets (known before it is built: pipelines check it)."""
         return self.family().system(self, self.resolved())
+
+    def needs(self) -> tuple[Need, ...]:
+        """What running this retriever needs (its family's declaration: ``r2med.needs``); loads nothing.
+
+        >>> RetrieverSpec("bm25").needs(), [n.kind for n in RetrieverSpec("openai").needs()]
+        ((), ['api-key'])
+        """
+        return self.family().needs(self)
 
     def key(self) -> dict[str, Any]:
         """What keys a stored result of this retriever, from its declared options (no component can forget it); named
@@ -183,9 +192,10 @@ def _api_encoder(spec):
     from r2med.retrievers.dense.api import OpenAIEmbeddings, VoyageEmbeddings
 
     # as the authors' code sent texts: newlines flattened, JSON-quoted, cut to 6000 / 16000 tokens
+    env = {"api_key_env": spec.api_key_env} if spec.api_key_env else {}  # the zoo names the key's variable
     if "voyage" in spec.model:
-        return VoyageEmbeddings(spec.model, preprocess="r2med", max_input_tokens=16000)
-    return OpenAIEmbeddings(spec.model, preprocess="r2med", max_input_tokens=6000)
+        return VoyageEmbeddings(spec.model, preprocess="r2med", max_input_tokens=16000, **env)
+    return OpenAIEmbeddings(spec.model, preprocess="r2med", max_input_tokens=6000, **env)
 
 
 def _resolve_zoo(name: str, options: DenseOptions):
@@ -275,6 +285,22 @@ def _remote(spec: RetrieverSpec, options: DenseOptions, runtime: Runtime) -> Ret
     return _searcher(system_name(model), encoder, options, runtime)
 
 
+def _dense_needs(spec: RetrieverSpec) -> tuple[Need, ...]:
+    """A zoo model's own needs (its size, an API key); a model outside the zoo: GPU-sized unless known otherwise, and
+    the hub unless it is a local directory."""
+    from r2med.retrievers.dense.zoo import model_registry
+
+    name, zoo = spec.name.strip(), model_registry()
+    if name in zoo:
+        return zoo.get(name).needs
+    unknown = Need("gpu", f"{name}: size not known to r2med")
+    return (unknown,) if Path(name).expanduser().is_dir() else (unknown, Need("hub", f"model weights: {name}"))
+
+
+def _no_needs(spec: RetrieverSpec) -> tuple[Need, ...]:
+    return ()
+
+
 def _bm25_system(spec: RetrieverSpec, options: BM25Options) -> str:
     from r2med.retrievers.bm25.options import system_name as bm25_name
 
@@ -286,7 +312,8 @@ class RetrieverFamily:
     """A kind of retriever: ``matches(spec)`` says whether a retriever spec is this family's, ``options`` is the class
     of its options, ``system(spec, options)`` its results-folder name, ``build(spec, options, runtime)`` makes it;
     ``names`` are the fixed names it answers to (listed when a name is unknown) and ``presets`` names that stand for
-    it with some options set (``bm25-lucene``)."""
+    it with some options set (``bm25-lucene``); ``needs(spec)`` what running it needs (``r2med.needs``), known
+    without loading anything."""
 
     name: str
     matches: Callable[[RetrieverSpec], bool]
@@ -296,6 +323,7 @@ class RetrieverFamily:
     names: tuple[str, ...] = ()
     presets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     description: str = ""
+    needs: Callable[[RetrieverSpec], tuple[Need, ...]] = _no_needs
 
     def option_names(self) -> set[str]:
         from r2med.options import options_of
@@ -315,9 +343,12 @@ FAMILIES: tuple[RetrieverFamily, ...] = (
                     description="BM25 over Lucene's English analysis (r2med or lucene variant)"),
     RetrieverFamily("openai", lambda spec: spec.name.strip().lower().startswith("openai:"), DenseOptions,
                     lambda spec, options: system_name(_remote_model(spec)), _remote,
-                    description="openai:<model id>: any OpenAI-compatible embeddings endpoint ($OPENAI_BASE_URL)"),
+                    description="openai:<model id>: any OpenAI-compatible embeddings endpoint ($OPENAI_BASE_URL)",
+                    needs=lambda spec: (Need("llm-server", "an OpenAI-compatible /v1/embeddings server "
+                                                           "($OPENAI_BASE_URL)"),)),
     RetrieverFamily("dense", lambda spec: True, DenseOptions, _dense_system, _dense,
-                    description="a dense model of the zoo (r2med models list), a local model directory or a hub id"),
+                    description="a dense model of the zoo (r2med models list), a local model directory or a hub id",
+                    needs=_dense_needs),
 )
 
 

@@ -75,7 +75,8 @@ class FirstStage:
         return cls(system or _name_of(where), directory=where.directory(output))
 
     def path_for(self, dataset: str) -> Path:
-        """The run file of ``dataset``: the file, or the first of ``<Dataset>.run|.trec|.jsonl|.txt`` (old names too)."""
+        """The run file of ``dataset``: the file, or the first of ``<Dataset>.run|.trec|.jsonl|.txt`` (old names too),
+        or the one run file in ``r2med_<Dataset>/`` (the layout of ReasonRank's published ``runs/``)."""
         if self.file is not None:
             return self.file
         assert self.directory is not None
@@ -84,6 +85,14 @@ class FirstStage:
         for candidate in tried:
             if candidate.is_file():
                 return candidate
+        for name in names:
+            folder = self.directory / f"r2med_{name}"
+            inside = sorted(p for p in folder.glob("*") if p.is_file() and p.suffix in RUN_SUFFIXES) if folder.is_dir() else []
+            if len(inside) == 1:
+                return inside[0]
+            if inside:
+                raise UsageError(f"{folder} holds {len(inside)} run files ({', '.join(p.name for p in inside)}); "
+                                 "pass the one to rerank as the first stage (with --tasks naming its dataset)")
         raise MissingResourceError(
             f"no first-stage run for {dataset} in {self.directory} (looked for {', '.join(p.name for p in tried[:4])}, ...); "
             f"make one with: r2med run --retriever {self.system} --tasks {dataset}"

@@ -36,6 +36,7 @@ from typing import Any
 
 from r2med.errors import MissingResourceError, UsageError
 from r2med.hf import DTYPES, is_network_error, require_hub, unreachable_error
+from r2med.needs import GPU_PARAMS, Need, model_size
 from r2med.registry import Registry
 
 logger = logging.getLogger(__name__)
@@ -91,6 +92,8 @@ class ModelSpec:
     default_document_instruction: str = ""
     instruction_source: str = ""
     aliases: tuple[str, ...] = ()
+    #: an API model (backend ``api``): the environment variable its key is read from
+    api_key_env: str | None = None
 
     def __post_init__(self) -> None:
         _check(self.name, "backend", self.backend, BACKENDS)
@@ -106,6 +109,24 @@ class ModelSpec:
             raise UsageError(f"model '{self.name}': batch size must be >= 1, got {self.batch_size}")
         object.__setattr__(self, "query_instructions", MappingProxyType(dict(self.query_instructions)))
         object.__setattr__(self, "document_instructions", MappingProxyType(dict(self.document_instructions)))
+
+    @property
+    def needs(self) -> tuple[Need, ...]:
+        """What running this model needs (``r2med.needs``): an API model its key; a local one its weights from the
+        hub and, from 1B parameters on (its declared ``params``; undeclared counts as large), a GPU.
+
+        >>> [n.text for n in get_model("voyage").needs]
+        ['an API key ($VOYAGE_API_KEY)']
+        >>> [n.kind for n in get_model("contriever").needs], [n.detail for n in get_model("e5").needs]
+        (['model', 'hub'], ['e5: intfloat/e5-mistral-7b-instruct, 7B', 'model weights: intfloat/e5-mistral-7b-instruct'])
+        """
+        if self.backend == "api":
+            return (Need("api-key", self.api_key_env or ""),)
+        size = model_size(self.params)
+        models = list(dict.fromkeys(m for m in (self.model, self.document_model) if m))
+        sized = "gpu" if size is None or size >= GPU_PARAMS else "model"
+        return (Need(sized, f"{self.name}: {' + '.join(models)}, {self.params or 'size not declared'}"),
+                Need("hub", f"model weights: {' + '.join(models)}"))
 
     def model_for(self, kind: str) -> str:
         """The model id or path that encodes ``kind`` (``query`` or ``document``)."""
