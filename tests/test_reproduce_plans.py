@@ -53,7 +53,7 @@ def test_the_list_table_names_the_plan_of_each_row(cli):
     assert cells["gar/hyde/o3-mini/bm25"] == ["4", "gar/hyde/o3-mini/bm25", "41.01", "bm25", "hyde/o3-mini (hub)", "-", "hub"]
     assert cells["reranker/reasonrank-32b/e5/top_100"] == [
         "2", "reranker/reasonrank-32b/e5/top_100", "42.85", "e5", "-",
-        "reasonrank-32b top 100 of base retriever/e5", "gpu, api-key, llm-server, hub"]
+        "reasonrank-32b top 100 of base retriever/e5", "gpu, llm-server, hub"]
     assert cells["gar/hyde/o3-mini/openai"][-1] == "api-key, hub"
     assert "93 systems: the 69 rows of the public leaderboard" in result.out
 
@@ -125,8 +125,11 @@ def test_row_2_reasonrank_over_e5s_top_100(cli):
     assert plan["first_stage"] == {"system": "base retriever/e5", "runs": "r2med", "top_k": 100}
     assert plan["compare"] == "average" and not plan["published"]
     kinds = [n["kind"] for n in plan["needs"]]
-    assert kinds == ["gpu", "api-key", "llm-server", "hub", "hub"]  # E5 (7B) locally, the reranker on a server
+    assert kinds == ["gpu", "llm-server", "hub", "hub", "hub"]  # E5 (7B) locally, the reranker on a server
     assert plan["needs"][0] == {"kind": "gpu", "detail": "e5: intfloat/e5-mistral-7b-instruct, 7B"}
+    assert plan["needs"][1] == {"kind": "llm-server",
+                                "detail": "reasonrank-32b: a server serving liuwenhan/reasonrank-32B on --base-url (GPU-sized)"}
+    assert plan["needs"][-1] == {"kind": "hub", "detail": "liuwenhan/reasonrank-32B's tokenizer (or --tokenizer DIR)"}
     # the authors' E5 runs as the first stage: no E5 to run, a checksummed download instead
     authors = cli("reproduce", "reranker/reasonrank-32b/e5/top_100", "--dry-run", "--json", "--first-stage", "authors")
     first = authors.json()
