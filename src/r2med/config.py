@@ -122,6 +122,10 @@ class PipelineSpec:
         if self.first_stage_system is not None:  # a folder: reranker/<reranker>/<system>/
             check_name(self.first_stage_system, what="--system")
         check_distinct(self.retrievers)
+        weights = self.fusion.options.get("weights") if self.fusion is not None else None
+        if weights is not None and len(weights) != len(self.retrievers):
+            raise UsageError(f"{len(weights)} fusion weights for {len(self.retrievers)} retrievers; give one weight per "
+                             "retriever, in their order ([fusion] weights = [1, 2], or --fuse rrf:weights=1,2)")
 
 
 def _table(raw: dict[str, Any], key: str, where: str) -> dict[str, Any]:

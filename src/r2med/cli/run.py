@@ -59,14 +59,16 @@ def build_spec(args: argparse.Namespace):
         if extra:
             raise UsageError(f"--config describes the whole pipeline; drop {', '.join(extra)} (or edit the file)")
         spec = load_spec(args.config)
-        return dataclasses.replace(spec, reranker=rerank or spec.reranker, cache=not args.no_cache)
+        # --data-dir and --output run the file's pipeline on other data or into another folder
+        places = {key: value for key, value in (("data_dir", args.data_dir), ("output", args.output)) if value}
+        return dataclasses.replace(spec, reranker=rerank or spec.reranker, cache=not args.no_cache, **places)
     pipeline = Flags(PipelineOptions).build(args)
     expansion = Flags(ExpansionOptions).build(args)
     retrievers = tuple(RetrieverSpec.parse(text, given=values, identical_ids=values.get("identical_ids"))
                        for text in args.retriever or ["bm25"])
     return PipelineSpec(
         retrievers=retrievers, name=pipeline.name, datasets=tuple(args.tasks) if args.tasks else None,
-        data_dir=args.data_dir, output=args.output, top_k=pipeline.top_k, expansion=expansion.spec,
+        data_dir=args.data_dir, output=args.output or Path("results"), top_k=pipeline.top_k, expansion=expansion.spec,
         answer_policy=expansion.answer_policy, bm25_composition=expansion.bm25_composition,
         fusion=_fusion(args.fuse) if _is_pipeline(args) else None, reranker=rerank, cache=not args.no_cache,
     )
@@ -170,8 +172,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                          "method's options, e.g. rrf:k=30 (default rrf when several are given; docs/options.md)")
     rn.add_argument("--tasks", type=_csv, default=None, metavar="NAMES",
                     help="comma-separated dataset names or 'all' (default: all 8, or every dataset under --data-dir)")
-    rn.add_argument("--data-dir", type=Path, default=None, help="one dataset directory or a directory of them (default: the hub)")
-    rn.add_argument("--output", type=Path, default=Path("results"), help="results directory (default ./results)")
+    rn.add_argument("--data-dir", type=Path, default=None, help="one dataset directory or a directory of them (default: the hub, or the --config file's data_dir)")
+    rn.add_argument("--output", type=Path, default=None,
+                    help="results directory (default ./results, or the --config file's output)")
     rn.add_argument("--reranker", default=None, metavar="NAME|PATH",
                     help="rerank each dataset's top --rerank-top-k afterwards (see r2med rerank); results under "
                          "reranker/<reranker>/<system>/top_<k>/")

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import difflib
 import logging
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,7 +52,7 @@ import scipy.sparse as sp
 from r2med.errors import InvalidInputError, UsageError
 from r2med.retrievers.bm25 import persist
 from r2med.retrievers.bm25.cores import default_workers, in_threads, row_parts
-from r2med.retrievers.bm25.options import K1, VARIANTS, B
+from r2med.retrievers.bm25.options import K1, K1_MAX, VARIANTS, B
 from r2med.retrievers.bm25.ranking import (
     DocIdTable,
     adjust_score_ties,
@@ -104,8 +103,9 @@ class BM25Params:
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             valid = ", ".join(repr(v) for v in VARIANTS)
             raise UsageError(f"unknown BM25 variant {self.variant!r}; valid: {valid}{hint}")
-        if not (isinstance(self.k1, (int, float)) and math.isfinite(self.k1) and self.k1 >= 0):
-            raise UsageError(f"BM25 k1 must be a finite number >= 0, got {self.k1!r}")
+        if not (isinstance(self.k1, (int, float)) and 0 <= self.k1 <= K1_MAX):
+            raise UsageError(f"BM25 k1 must be a number in [0, {K1_MAX:g}] (float32 scores cannot represent a larger "
+                             f"one), got {self.k1!r}")
         if not (isinstance(self.b, (int, float)) and 0.0 <= self.b <= 1.0):
             raise UsageError(f"BM25 b must be a number in [0, 1], got {self.b!r}")
         object.__setattr__(self, "k1", float(self.k1))

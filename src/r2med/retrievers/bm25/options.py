@@ -11,6 +11,10 @@ from r2med.options import option
 VARIANTS: tuple[str, ...] = ("r2med", "lucene")
 #: the published parameters (Pyserini's defaults)
 K1, B = 0.9, 0.4
+#: The largest k1 float32 scoring represents: past it a term's weight is ~1/k1, so Lucene's ``1 + tf * cache`` rounds
+#: to 1 (every score 0 from k1 ~1e7) and gensim's two float32 weights multiply below float32's smallest number (from
+#: k1 ~1e22); published tunings stay under 3.
+K1_MAX = 1000.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -19,7 +23,8 @@ class BM25Options:
 
     variant: str = option("r2med", "r2med: the published numbers (gensim LuceneBM25Model, query-side weighting); "
                           "lucene: Anserini's BM25", choices=VARIANTS, flag="--bm25-variant", aliases=("bm25_variant",))
-    k1: float = option(K1, "BM25 k1: term-frequency saturation", minimum=0)
+    k1: float = option(K1, "BM25 k1: term-frequency saturation (float32 scores hold k1 up to 1000)", minimum=0,
+                       maximum=K1_MAX)
     b: float = option(B, "BM25 b: document-length normalisation", minimum=0, maximum=1)
 
 
