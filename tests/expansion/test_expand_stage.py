@@ -22,7 +22,6 @@ from r2med.llm import ChatClient, SamplingParams, request_key
 from r2med.stages.expand import Expand, expand_dataset
 from r2med.types import Run
 
-pytest.importorskip("openai", reason="the chat client needs the 'openai' package (r2med[llm], in the test extra)")
 
 SAMPLING = SamplingParams(temperature=0.7, max_tokens=48, seed=42)
 

@@ -2,8 +2,10 @@
 
 The one client of r2med's embedding, chat and completion requests. Each call runs the attempts of
 ``r2med.http.retry`` (one policy, one classification) through ``_attempts``, a generator that says when to send and
-how long to wait: ``post`` drives it with blocking I/O (thread-safe, one connection pool), ``apost`` with asyncio
-(one pool per event loop). Every text a server sent (a body, a transport error) passes through ``_shown``, which
+how long to wait: ``apost`` drives it with asyncio (one pool per event loop), ``post`` from threads through the same
+async exchange on one background event loop (thread-safe, one pool). ``timeout`` is a deadline for a whole attempt
+(connect, send, every byte of the answer): a server that trickles or never ends its answer cannot hold an attempt
+longer, and an answer past ``MAX_ANSWER_BYTES`` is cut off. Every text a server sent (a body, a transport error) passes through ``_shown``, which
 cuts the key out, before anything reads it. Local servers are reached directly, remote ones through the usual
 proxy variables; ``httpx2`` is imported when the first request is sent.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import random
 import socket
 import ssl
@@ -42,6 +45,35 @@ Before = Callable[[int], None]
 _SEND = object()
 #: what one attempt gave: ``(status, headers, redacted body)`` or the transport's exception
 Sent = tuple[int, Any, str] | BaseException | None
+#: the largest answer read (an embeddings batch of 128 texts x 3,072 dimensions is ~8 MB of JSON)
+MAX_ANSWER_BYTES = 256 * 2**20
+
+
+class AnswerTooLarge(OSError):
+    """An answer longer than ``MAX_ANSWER_BYTES``: the attempt is dropped, as a lost connection is."""
+
+
+class _Background:
+    """One event loop in a daemon thread, for the blocking ``post``: its requests run as ``apost``'s do, under one
+    deadline each. Made again in a forked child (the thread does not survive a fork)."""
+
+    _lock = threading.Lock()
+    _current: _Background | None = None
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, name="r2med-http", daemon=True).start()
+
+    @classmethod
+    def get(cls) -> _Background:
+        with cls._lock:
+            if cls._current is None or cls._current.pid != os.getpid():
+                cls._current = cls()
+            return cls._current
+
+    def run(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
 
 
 class _Outcome:
@@ -85,7 +117,6 @@ class JsonClient:
         self._secret = secret
         self._rng = rng or random.Random()
         self._lock = threading.Lock()
-        self._sync: Any = None
         self._async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
 
     def __repr__(self) -> str:
@@ -119,11 +150,10 @@ class JsonClient:
         return outcome.value
 
     def close(self) -> None:
-        """Close the blocking connections (``aclose`` closes the running event loop's)."""
-        with self._lock:
-            client, self._sync = self._sync, None
-        if client is not None:
-            client.close()
+        """Close the blocking ``post``'s connections (``aclose`` closes the running event loop's)."""
+        background = _Background._current
+        if background is not None and background.pid == os.getpid() and background.loop in self._async:
+            background.run(self.aclose())
 
     async def aclose(self) -> None:
         client = self._async.pop(asyncio.get_running_loop(), None)
@@ -169,6 +199,8 @@ class JsonClient:
 
         chain = _chain(exc)
         detail = self._shown(f"{type(exc).__name__}: {exc}")
+        if isinstance(exc, AnswerTooLarge):  # the same request gets the same answer: no retry
+            raise ProviderError(f"{where}: {exc}; is --base-url the API's address?") from None
         if isinstance(exc, (httpx2.TimeoutException, TimeoutError)):
             return Retry(f"timed out after {self.timeout:g} s")
         bad_cert = next((e for e in chain if isinstance(e, ssl.SSLCertVerificationError)), None)
@@ -206,14 +238,6 @@ class JsonClient:
                 "limits": httpx2.Limits(max_connections=1000, max_keepalive_connections=100),
                 "follow_redirects": False}
 
-    def _sync_client(self) -> Any:
-        with self._lock:
-            if self._sync is None:
-                import httpx2
-
-                self._sync = httpx2.Client(**self._options())
-            return self._sync
-
     def _async_client(self) -> Any:
         loop = asyncio.get_running_loop()
         with self._lock:
@@ -225,21 +249,23 @@ class JsonClient:
             return client
 
     def _exchange(self, url: str, data: bytes) -> Sent:
-        try:
-            response = self._sync_client().post(url, content=data, headers=self._headers())
-        except _transport_errors() as exc:
-            return exc
-        return self._answered(response)
+        return _Background.get().run(self._aexchange(url, data))
 
     async def _aexchange(self, url: str, data: bytes) -> Sent:
+        """One attempt under one deadline of ``timeout`` seconds: the status, headers and redacted body, or why not."""
         try:
-            response = await self._async_client().post(url, content=data, headers=self._headers())
-        except _transport_errors() as exc:
+            return await asyncio.wait_for(self._attempt(url, data), self.timeout)
+        except _transport_errors() as exc:  # TimeoutError (the deadline) is an OSError
             return exc
-        return self._answered(response)
 
-    def _answered(self, response: Any) -> Sent:
-        return response.status_code, response.headers, self._shown(response.content.decode("utf-8", "replace"))
+    async def _attempt(self, url: str, data: bytes) -> Sent:
+        async with self._async_client().stream("POST", url, content=data, headers=self._headers()) as response:
+            body = bytearray()
+            async for chunk in response.aiter_bytes():
+                body += chunk
+                if len(body) > MAX_ANSWER_BYTES:
+                    raise AnswerTooLarge(f"an answer longer than {MAX_ANSWER_BYTES // 2**20} MiB")
+        return response.status_code, response.headers, self._shown(bytes(body).decode("utf-8", "replace"))
 
 
 def _transport_errors() -> tuple[type[BaseException], ...]:
