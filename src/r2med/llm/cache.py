@@ -128,8 +128,13 @@ class ResponseCache:
         """
         body = {k: v for k, v in record.items() if k != "key"}
         line = json.dumps({"key": key, **body}, ensure_ascii=False)
+        try:
+            data = line.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: kept as its JSON escape, losslessly
+            line = json.dumps({"key": key, **body})
+            data = line.encode("utf-8")
         handle = self._open()
-        handle.write(line.encode("utf-8") + b"\n")
+        handle.write(data + b"\n")
         handle.flush()
         if self.fsync:
             os.fsync(handle.fileno())

@@ -16,6 +16,7 @@ import asyncio
 import dataclasses
 import json
 import logging
+import re
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -59,6 +60,22 @@ _Reader = Callable[[dict[str, Any], int, float], ChatResult]
 def _tokens(value: Any) -> int:
     """A token count of an answer's ``usage``; 0 when absent or not a number."""
     return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def valid_text(text: str | None) -> str | None:
+    """``text`` with every lone surrogate (half of a character a model emitted as ``\\ud83d``: JSON allows it, UTF-8
+    cannot hold it) replaced by U+FFFD, so the answer can be stored and read back; nothing else changes.
+
+    >>> valid_text("half \\ud83d an emoji \\U0001f600")
+    'half \ufffd an emoji 😀'
+    """
+    if text is None or not _LONE_SURROGATE.search(text):
+        return text
+    logger.warning("an answer held a lone surrogate (half a character); it is stored with U+FFFD in its place")
+    return _LONE_SURROGATE.sub("\ufffd", text)
 
 
 def _sorted(fields: dict[str, Any]) -> dict[str, Any]:
@@ -177,7 +194,7 @@ class ChatClient:
 
     def _text_result(self, answer: dict[str, Any], attempts: int, seconds: float) -> ChatResult:
         choice, prompt, completion = self._choice(answer)
-        text = choice.get("text")
+        text = valid_text(choice.get("text")) if isinstance(choice.get("text"), str) else choice.get("text")
         if not isinstance(text, str):
             raise BadAnswer(f"answer is not a text completion (choice without 'text', got {type(text).__name__})")
         matched = choice.get("stop_reason", choice.get("stopping_word"))
@@ -196,6 +213,7 @@ class ChatClient:
         message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
         text = message.get("content") or ""
         reasoning = message.get("reasoning_content") or message.get("reasoning") or None
+        text, reasoning = (valid_text(t) if isinstance(t, str) else t for t in (text, reasoning))
         if not isinstance(text, str) or (not text.strip() and not reasoning):
             raise BadAnswer(f"empty content (finish_reason={choice.get('finish_reason')!r})")
         return ChatResult(text, reasoning if isinstance(reasoning, str) else None, choice.get("finish_reason"),

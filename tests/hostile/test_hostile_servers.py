@@ -1,0 +1,82 @@
+"""Every LLM-calling command against every way a server can misbehave (``hostile_server.BEHAVIOURS``): no traceback,
+no attempt past its deadline (checked with a wide margin), the README's exit codes, the key in no written file and
+no output, and after the server recovers a rerun finishes without sending a finished request again."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from hostile_server import BEHAVIOURS, HostileServer
+
+from conftest import DATA
+
+KEY = "sk-hostile-SECRET-4242"
+#: the flags every command gets: a 1 s deadline per attempt, one retry, the key from a variable
+COMMON = ["--timeout", "1", "--max-retries", "1", "--api-key-env", "HOSTILE_KEY", "--llm-model", "m"]
+COMMANDS = {
+    "expand": lambda url, data, out: ["expand", "--method", "hyde", "--max-tokens", "16", "--base-url", url,
+                                      "--data-dir", data, "--out", out],
+    "rerank": lambda url, data, out: ["run", "--retriever", "bm25", "--reranker", "listwise", "--rerank-top-k", "3",
+                                      "--base-url", url, "--data-dir", data, "--output", out],
+    "agent": lambda url, data, out: ["agent", "--style", "search-r1", "--chat-template", "chatml", "--max-turns", "2",
+                                     "--base-url", url, "--data-dir", data, "--output", out],
+}
+
+
+@pytest.fixture(scope="module")
+def server():
+    with HostileServer(huge_bytes=2 * 2**20) as running:
+        yield running
+
+
+@pytest.fixture
+def small_answers(monkeypatch):
+    from r2med.http import client
+
+    monkeypatch.setattr(client, "MAX_ANSWER_BYTES", 2**20, raising=False)  # the server's huge answer is 2 MiB
+
+
+def _written(*roots: Path) -> str:
+    return "".join(p.read_bytes().decode("utf-8", "replace") for root in roots for p in root.rglob("*") if p.is_file())
+
+
+@pytest.mark.parametrize("behaviour", BEHAVIOURS)
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_hostile_server(cli, server, small_answers, isolated_home, tmp_path, monkeypatch, command, behaviour):
+    monkeypatch.setenv("HOSTILE_KEY", KEY)
+    data = tmp_path / "data"
+    shutil.copytree(DATA / "tiny", data / "Biology")
+    argv = [*COMMANDS[command](server.url(behaviour), str(data), str(tmp_path / "out")), *COMMON]
+    server.recovered = False
+    started = time.monotonic()
+    result = cli(*argv)
+    seconds = time.monotonic() - started
+    assert "Traceback" not in result.err, result.err
+    # two attempts of at most 1 s per request, three queries: far under 30 s even on a busy machine
+    assert seconds < 30, f"{command} against {behaviour} ran {seconds:.0f} s"
+    assert result.code == (0 if behaviour == "surrogate" else 6), (result.code, result.err)
+    assert KEY not in result.out + result.err + _written(tmp_path, isolated_home)
+    answered = dict(server.requests)
+    server.recovered = True
+    again = cli(*argv)
+    assert again.code == 0, again.err
+    if behaviour == "surrogate":  # every answer of the first run was kept: none is asked again
+        assert {k: v for k, v in server.requests.items() if k in answered} == answered
+    assert KEY not in again.out + again.err + _written(tmp_path, isolated_home)
+
+
+def test_the_response_cache_keeps_a_lone_surrogate_losslessly(tmp_path):
+    from r2med.llm.cache import ResponseCache
+
+    path = tmp_path / "cache.jsonl"
+    cache = ResponseCache(path)
+    cache.append("k", {"text": "half \ud83d here", "n": 1})
+    cache.close()
+    assert b'"half \\ud83d here"' in path.read_bytes()  # its JSON escape: valid UTF-8 on disk
+    assert ResponseCache(path).get("k") == {"text": "half \ud83d here", "n": 1}
