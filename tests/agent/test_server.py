@@ -21,6 +21,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -75,7 +76,7 @@ def server(searcher):
 
 
 def call(url: str, payload: object = None, *, method: str = "POST", data: bytes | None = None,
-         headers: dict | None = None) -> tuple[int, dict, dict]:
+         headers: dict | None = None) -> tuple[int, dict, Any]:
     """``(status, JSON body, headers)`` of one request (urllib; 4xx/5xx answers too)."""
     if data is None and payload is not None:
         data = json.dumps(payload).encode()
@@ -83,10 +84,10 @@ def call(url: str, payload: object = None, *, method: str = "POST", data: bytes 
                                      headers={"Content-Type": "application/json", **(headers or {})})
     try:
         with urllib.request.urlopen(request, timeout=60) as response:
-            return response.status, json.loads(response.read()), dict(response.headers)
+            return response.status, json.loads(response.read()), response.headers  # case-insensitive names
     except urllib.error.HTTPError as exc:
         with exc:
-            return exc.code, json.loads(exc.read()), dict(exc.headers)
+            return exc.code, json.loads(exc.read()), exc.headers
 
 
 def official_top5(qid: str) -> list[tuple[str, float]]:
@@ -220,7 +221,7 @@ def test_body_over_the_limit_is_413(searcher):
         status, body, headers = call(small.retrieve_url, {"queries": ["bovine spongiform " * 20] * 20})
         assert status == 413 and "the limit is 2000" in body["error"] and headers["Connection"] == "close"
         # announced with Expect: 100-continue, the body is refused before it is sent
-        connection = http.client.HTTPConnection("127.0.0.1", small._httpd.server_address[1], timeout=30)
+        connection = http.client.HTTPConnection("127.0.0.1", small.bound_port, timeout=30)
         connection.putrequest("POST", "/retrieve")
         connection.putheader("Content-Length", str(10**9))
         connection.putheader("Expect", "100-continue")
@@ -237,7 +238,7 @@ def test_the_default_body_limit_is_1_mib(server):
 
 
 def test_no_content_length_is_411(server):
-    connection = http.client.HTTPConnection("127.0.0.1", server._httpd.server_address[1], timeout=30)
+    connection = http.client.HTTPConnection("127.0.0.1", server.bound_port, timeout=30)
     connection.putrequest("POST", "/retrieve")
     connection.endheaders()
     response = connection.getresponse()
@@ -257,7 +258,7 @@ def test_unknown_path_404_and_wrong_method_405(server):
 
 
 def test_keep_alive_connection_serves_several_requests(server):
-    connection = http.client.HTTPConnection("127.0.0.1", server._httpd.server_address[1], timeout=30)
+    connection = http.client.HTTPConnection("127.0.0.1", server.bound_port, timeout=30)
     for topk in (1, 2, 3):
         connection.request("POST", "/retrieve", body=json.dumps({"queries": [QUERY], "topk": topk}),
                            headers={"Content-Type": "application/json"})
@@ -277,7 +278,7 @@ def test_keep_alive_connection_serves_several_requests(server):
 def test_start_stop_and_port_0(searcher):
     server = RetrievalServer(searcher, port=0, default_top_k=2)
     url = server.start()
-    port = server._httpd.server_address[1]
+    port = server.bound_port
     assert url == f"http://127.0.0.1:{port}/retrieve" and port != 0
     assert len(call(url, {"queries": [QUERY]})[1]["result"][0]) == 2
     server.stop()
@@ -293,7 +294,7 @@ def test_serve_forever_returns_when_stopped_from_another_thread(searcher):
     stopper.start()
     began = time.monotonic()
     server.serve_forever()
-    assert time.monotonic() - began < 30 and server._httpd is None
+    assert time.monotonic() - began < 30 and server._socket is None
 
 
 def test_a_port_in_use_is_exit_6_and_bad_options_exit_2(searcher):
