@@ -374,6 +374,8 @@ def test_cli_defaults_match_the_servers():
     assert (serve_cli.DEFAULT_HOST, serve_cli.DEFAULT_PORT, serve_cli.DEFAULT_TOP_K) == (
         server.DEFAULT_HOST, server.DEFAULT_PORT, server.DEFAULT_TOP_K) == ("127.0.0.1", 8000, 3)
     assert (serve_cli.MAX_TOP_K, serve_cli.MAX_QUERIES, serve_cli.MAX_BODY) == (MAX_TOP_K, MAX_QUERIES, MAX_BODY)
+    assert (serve_cli.MAX_RESPONSE, serve_cli.BODY_TIMEOUT, serve_cli.MAX_SEARCHES, serve_cli.MAX_CONNECTIONS) == (
+        server.MAX_RESPONSE, server.BODY_TIMEOUT, server.MAX_SEARCHES, server.MAX_CONNECTIONS) == (32 << 20, 30.0, 4, 512)
     check_options(port=0, default_top_k=3, max_top_k=MAX_TOP_K, max_body=MAX_BODY, max_queries=MAX_QUERIES)
 
 

@@ -80,7 +80,7 @@ SHUTDOWN_GRACE = 10.0
 ROUTES = {"/retrieve": ("POST",), "/health": ("GET", "HEAD")}
 
 
-def _require() -> tuple[Any, Any]:
+def require_extra() -> tuple[Any, Any]:
     """``(uvicorn, starlette)``, or MissingExtraError (exit 3) naming the ``serve`` extra."""
     try:
         import starlette
@@ -295,7 +295,7 @@ class RetrievalServer:
         check_options(port=port, default_top_k=default_top_k, max_top_k=max_top_k, max_body=max_body,
                       max_queries=max_queries, max_response=max_response, body_timeout=body_timeout,
                       max_searches=max_searches, max_connections=max_connections)
-        _require()
+        require_extra()
         self.searcher = searcher
         self.host, self.port = host, port
         self.default_top_k, self.max_top_k = default_top_k, max_top_k
@@ -367,7 +367,7 @@ class RetrievalServer:
     # -- serving -----------------------------------------------------------------------------------------------
 
     def _make_server(self, grace: float) -> Any:
-        uvicorn, _ = _require()
+        uvicorn, _ = require_extra()
         if self._app is None:
             self._app = _App(self)
         config = uvicorn.Config(self._app, http="h11", loop="asyncio", ws="none", lifespan="off", interface="asgi3",
