@@ -292,5 +292,6 @@ def test_zz_peak_memory_is_bounded_and_no_traceback(served):
     if not status.exists():
         pytest.skip("no /proc on this platform")
     peak_kb = int(re.search(r"VmHWM:\s+(\d+) kB", status.read_text()).group(1))
+    print(f"r2med serve: peak RSS {peak_kb // 1024} MB")
     assert peak_kb < PEAK_RSS_MB * 1024, f"peak RSS {peak_kb // 1024} MB"
     assert "Traceback" not in "".join(lines)
