@@ -137,7 +137,7 @@ class _Body:
     """Reads one request's body through ASGI ``receive`` within a deadline (the 408), up to a limit (the 413)."""
 
     def __init__(self, scope: dict, receive: Any, deadline: float) -> None:
-        self.receive, self.deadline = receive, deadline
+        self.receive, self.deadline, self._timeout = receive, deadline, 0.0
         self.headers = [(name.lower(), value) for name, value in scope["headers"]]
         self.complete = False  # the whole body read (or there is none)
         lengths = [value for name, value in self.headers if name == b"content-length"]
