@@ -33,6 +33,8 @@ from r2med.datasets import load_dataset
 from r2med.errors import ProviderError, UsageError
 from r2med.retrievers.registry import make_retriever
 
+pytest.importorskip("uvicorn", reason="r2med serve needs the serve extra")
+
 #: SciFact query 5 and the top document of BM25 (r2med variant, the official pipeline) for it
 QUERY = "1/2000 in UK have abnormal PrP positivity."
 TOP_DOC = "13734012"
@@ -471,3 +473,12 @@ def test_cli_serves_until_interrupted_then_exits_0(isolated_home, stop):
     assert "r2med: stopped serving" in "".join(lines)
     assert proc.stdout is not None and proc.stdout.read() == ""
     assert (Path(isolated_home) / "indexes" / "bm25").is_dir()  # the index cached under R2MED_HOME
+
+
+def test_without_the_serve_extra_exit_3_naming_it(searcher, monkeypatch):
+    from r2med.errors import MissingExtraError
+
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # import uvicorn raises ImportError
+    with pytest.raises(MissingExtraError, match=r'pip install "r2med\[serve\]"') as info:
+        RetrievalServer(searcher, port=0)
+    assert info.value.exit_code == 3
