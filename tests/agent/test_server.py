@@ -21,6 +21,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,6 +32,8 @@ from r2med.cli import serve as serve_cli
 from r2med.datasets import load_dataset
 from r2med.errors import ProviderError, UsageError
 from r2med.retrievers.registry import make_retriever
+
+pytest.importorskip("uvicorn", reason="r2med serve needs the serve extra")
 
 #: SciFact query 5 and the top document of BM25 (r2med variant, the official pipeline) for it
 QUERY = "1/2000 in UK have abnormal PrP positivity."
@@ -75,7 +78,7 @@ def server(searcher):
 
 
 def call(url: str, payload: object = None, *, method: str = "POST", data: bytes | None = None,
-         headers: dict | None = None) -> tuple[int, dict, dict]:
+         headers: dict | None = None) -> tuple[int, dict, Any]:
     """``(status, JSON body, headers)`` of one request (urllib; 4xx/5xx answers too)."""
     if data is None and payload is not None:
         data = json.dumps(payload).encode()
@@ -83,10 +86,10 @@ def call(url: str, payload: object = None, *, method: str = "POST", data: bytes 
                                      headers={"Content-Type": "application/json", **(headers or {})})
     try:
         with urllib.request.urlopen(request, timeout=60) as response:
-            return response.status, json.loads(response.read()), dict(response.headers)
+            return response.status, json.loads(response.read()), response.headers  # case-insensitive names
     except urllib.error.HTTPError as exc:
         with exc:
-            return exc.code, json.loads(exc.read()), dict(exc.headers)
+            return exc.code, json.loads(exc.read()), exc.headers
 
 
 def official_top5(qid: str) -> list[tuple[str, float]]:
@@ -220,7 +223,7 @@ def test_body_over_the_limit_is_413(searcher):
         status, body, headers = call(small.retrieve_url, {"queries": ["bovine spongiform " * 20] * 20})
         assert status == 413 and "the limit is 2000" in body["error"] and headers["Connection"] == "close"
         # announced with Expect: 100-continue, the body is refused before it is sent
-        connection = http.client.HTTPConnection("127.0.0.1", small._httpd.server_address[1], timeout=30)
+        connection = http.client.HTTPConnection("127.0.0.1", small.bound_port, timeout=30)
         connection.putrequest("POST", "/retrieve")
         connection.putheader("Content-Length", str(10**9))
         connection.putheader("Expect", "100-continue")
@@ -237,7 +240,7 @@ def test_the_default_body_limit_is_1_mib(server):
 
 
 def test_no_content_length_is_411(server):
-    connection = http.client.HTTPConnection("127.0.0.1", server._httpd.server_address[1], timeout=30)
+    connection = http.client.HTTPConnection("127.0.0.1", server.bound_port, timeout=30)
     connection.putrequest("POST", "/retrieve")
     connection.endheaders()
     response = connection.getresponse()
@@ -257,7 +260,7 @@ def test_unknown_path_404_and_wrong_method_405(server):
 
 
 def test_keep_alive_connection_serves_several_requests(server):
-    connection = http.client.HTTPConnection("127.0.0.1", server._httpd.server_address[1], timeout=30)
+    connection = http.client.HTTPConnection("127.0.0.1", server.bound_port, timeout=30)
     for topk in (1, 2, 3):
         connection.request("POST", "/retrieve", body=json.dumps({"queries": [QUERY], "topk": topk}),
                            headers={"Content-Type": "application/json"})
@@ -277,7 +280,7 @@ def test_keep_alive_connection_serves_several_requests(server):
 def test_start_stop_and_port_0(searcher):
     server = RetrievalServer(searcher, port=0, default_top_k=2)
     url = server.start()
-    port = server._httpd.server_address[1]
+    port = server.bound_port
     assert url == f"http://127.0.0.1:{port}/retrieve" and port != 0
     assert len(call(url, {"queries": [QUERY]})[1]["result"][0]) == 2
     server.stop()
@@ -293,7 +296,7 @@ def test_serve_forever_returns_when_stopped_from_another_thread(searcher):
     stopper.start()
     began = time.monotonic()
     server.serve_forever()
-    assert time.monotonic() - began < 30 and server._httpd is None
+    assert time.monotonic() - began < 30 and server._socket is None
 
 
 def test_a_port_in_use_is_exit_6_and_bad_options_exit_2(searcher):
@@ -373,6 +376,8 @@ def test_cli_defaults_match_the_servers():
     assert (serve_cli.DEFAULT_HOST, serve_cli.DEFAULT_PORT, serve_cli.DEFAULT_TOP_K) == (
         server.DEFAULT_HOST, server.DEFAULT_PORT, server.DEFAULT_TOP_K) == ("127.0.0.1", 8000, 3)
     assert (serve_cli.MAX_TOP_K, serve_cli.MAX_QUERIES, serve_cli.MAX_BODY) == (MAX_TOP_K, MAX_QUERIES, MAX_BODY)
+    assert (serve_cli.MAX_RESPONSE, serve_cli.BODY_TIMEOUT, serve_cli.MAX_SEARCHES, serve_cli.MAX_CONNECTIONS) == (
+        server.MAX_RESPONSE, server.BODY_TIMEOUT, server.MAX_SEARCHES, server.MAX_CONNECTIONS) == (32 << 20, 30.0, 4, 512)
     check_options(port=0, default_top_k=3, max_top_k=MAX_TOP_K, max_body=MAX_BODY, max_queries=MAX_QUERIES)
 
 
@@ -468,3 +473,12 @@ def test_cli_serves_until_interrupted_then_exits_0(isolated_home, stop):
     assert "r2med: stopped serving" in "".join(lines)
     assert proc.stdout is not None and proc.stdout.read() == ""
     assert (Path(isolated_home) / "indexes" / "bm25").is_dir()  # the index cached under R2MED_HOME
+
+
+def test_without_the_serve_extra_exit_3_naming_it(searcher, monkeypatch):
+    from r2med.errors import MissingExtraError
+
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # import uvicorn raises ImportError
+    with pytest.raises(MissingExtraError, match=r'pip install "r2med\[serve\]"') as info:
+        RetrievalServer(searcher, port=0)
+    assert info.value.exit_code == 3

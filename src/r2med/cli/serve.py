@@ -15,6 +15,18 @@ from r2med.cli.args import positive_int
 #: the defaults of r2med.agent.server (not imported here: ``r2med --help`` imports no HTTP server)
 DEFAULT_HOST, DEFAULT_PORT, DEFAULT_TOP_K = "127.0.0.1", 8000, 3
 MAX_TOP_K, MAX_QUERIES, MAX_BODY = 1000, 1024, 1 << 20
+MAX_RESPONSE, BODY_TIMEOUT, MAX_SEARCHES, MAX_CONNECTIONS = 32 << 20, 30.0, 4, 512
+
+
+def _seconds(text: str) -> float:
+    """A number of seconds above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds above 0, got {text}")
+    return value
 
 
 def _port(text: str) -> int:
@@ -69,8 +81,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     settings = get_settings()
     options = {"port": args.port, "default_top_k": args.top_k, "max_top_k": args.max_top_k, "max_body": args.max_body,
-               "max_queries": args.max_queries}
+               "max_queries": args.max_queries, "max_response": args.max_response, "body_timeout": args.body_timeout,
+               "max_searches": args.max_searches, "max_connections": args.max_connections}
     check_options(**options)  # before the corpus is indexed: a mistake fails in a second, not after minutes
+    from r2med.agent.server import require_extra
+
+    require_extra()  # the serve extra, before the corpus is indexed too
     corpus, source = load_serve_corpus(args, settings)
     from r2med.cli.flags import given
 
@@ -126,5 +142,15 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                       help=f"queries per request (default {MAX_QUERIES}; more: HTTP 413)")
     http.add_argument("--max-body", type=positive_int, default=MAX_BODY, metavar="BYTES",
                       help=f"request body size (default {MAX_BODY}, 1 MiB; larger: HTTP 413)")
+    http.add_argument("--max-response", type=positive_int, default=MAX_RESPONSE, metavar="BYTES",
+                      help=f"the most bytes one answer may take, checked before searching: queries x the topk longest "
+                           f"documents (default {MAX_RESPONSE}, 32 MiB; more: HTTP 413)")
+    http.add_argument("--body-timeout", type=_seconds, default=BODY_TIMEOUT, metavar="SECONDS",
+                      help=f"seconds a request body may take to arrive after its headers (default {BODY_TIMEOUT:g}; "
+                           "then HTTP 408); also how long an idle keep-alive connection stays open")
+    http.add_argument("--max-searches", type=positive_int, default=MAX_SEARCHES,
+                      help=f"searches running at once in worker threads (default {MAX_SEARCHES}; more wait)")
+    http.add_argument("--max-connections", type=positive_int, default=MAX_CONNECTIONS,
+                      help=f"connections at once (default {MAX_CONNECTIONS}; past them HTTP 503)")
     sv.add_argument("--no-cache", action="store_true", help="neither reuse nor save indexes and embeddings under R2MED_HOME")
     sv.set_defaults(func=cmd_serve)
