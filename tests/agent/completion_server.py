@@ -112,7 +112,7 @@ class CompletionServer:
         if o1:
             done = prompt.count("<|end_search_result|>") - 1  # the instruction names the token once
         else:
-            done = prompt.count("</information>") - 1
+            done = prompt.count("<information>") - 1  # (an observation cut to its first tokens loses its close)
         plan = searches_for(question)
         if "NEVER-CLOSE" in question:
             return (f"<search> {plan[0]} and more" if not o1 else f"<|begin_search_query|>{plan[0]} and more"), "length"

@@ -252,12 +252,10 @@ def test_answer_of():
     assert answer_of("r1-first", {**answered, "output": "no tags"}) is None
     assert answer_of("r1-first", {**answered, "stop_reason": "error"}) is None
     assert answer_of("r1-first", {**answered, "turns": []}) is None
-    # r1-eval (qa_em.py extract_solution): the last of two or more pairs in prompt + output; the prompt's is one
-    prompt = "For example, <answer> Beijing </answer>. Question: q?\n"
-    assert answer_of("r1-eval", {**answered, "prompt": prompt}) == "B"
-    assert answer_of("r1-eval", {**answered, "prompt": prompt, "output": "<answer>only</answer>"}) == "only"
-    assert answer_of("r1-eval", {**answered, "prompt": prompt, "output": "none"}) is None
-    assert answer_of("r1-eval", {**answered, "prompt": prompt, "scored_output": "cut <answer>first</answer>"}) == "first"
+    # r1-eval (qa_em.py extract_solution): the last pair, of the model's turns only (not the prompt's two)
+    turns = {"stop_reason": "max-turns", "output": "", "turns": [{"text": "<answer> A </answer>"}, {"text": "x <answer>B</answer>"}]}
+    assert answer_of("r1-eval", turns) == "B"
+    assert answer_of("r1-eval", {**turns, "turns": [{"text": "no answer"}]}) is None
     # o1 (R2MED's cut for thinking models): after the first </think>, else the whole output, at any ending
     o1 = {"stop_reason": "max-turns", "turns": [{}], "output": "a</think>b</think>\n Final. "}
     assert answer_of("o1", o1) == "b</think>\n Final."

@@ -62,11 +62,14 @@ class AgentReport:
 
 
 def _r1_eval_answer(trajectory: dict[str, Any]) -> str | None:
-    """qa_em.py ``extract_solution`` on prompt + the scored responses: the last ``<answer>`` pair, None when there
-    are fewer than two (the prompt's example is one)."""
-    text = trajectory["prompt"] + trajectory.get("scored_output", trajectory["output"])
-    found = re.findall(r"<answer>(.*?)</answer>", text, flags=re.DOTALL)
-    return found[-1].strip() if len(found) > 1 else None
+    """qa_em.py ``extract_solution`` (73-82): the last ``<answer>`` pair, stripped, of the model's responses.
+
+    Adaptation: the authors search prompt + responses + observations and need two pairs, since their prompt
+    holds the example; but the instruction holds two pairs ("inside <answer> and </answer>", "<answer> Beijing
+    </answer>") and the invalid-action message one more, so a query that never answered would score "Beijing"
+    or "and". Here only the model's own turns count (None: it never answered)."""
+    found = re.findall(r"<answer>(.*?)</answer>", "".join(t["text"] for t in trajectory["turns"]), flags=re.DOTALL)
+    return found[-1].strip() if found else None
 
 
 def _r1_first_answer(trajectory: dict[str, Any]) -> str | None:
@@ -95,7 +98,8 @@ def answer_of(rule: str, trajectory: dict[str, Any]) -> str | None:
     'B'
     >>> answer_of("o1", {"stop_reason": "max-turns", "output": "hm</think>\\n\\nAspirin."})
     'Aspirin.'
-    >>> answer_of("r1-eval", {"stop_reason": "answer", "prompt": "<answer> Beijing </answer>", "output": "x"})
+    >>> answer_of("r1-eval", {"stop_reason": "answer", "turns": [{"text": "<answer>A</answer><answer>B</answer>"}]})
+    'B'
     """
     if trajectory["stop_reason"] in ("error", "budget") or not trajectory.get("turns", True):
         return None
