@@ -27,7 +27,7 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from r2med import __version__
 from r2med.agent import styles as st
@@ -361,7 +361,7 @@ class _Engine:
 
 
     #: a protocol's loop (``Protocol.loop``) -> the method that runs it
-    loops = {"r1-eval": _r1_eval, "r1-infer": _r1_infer, "o1": _o1}
+    loops: ClassVar[dict[str, Any]] = {"r1-eval": _r1_eval, "r1-infer": _r1_infer, "o1": _o1}
 
 
 def _search_row(query: str, hits: list[tuple[str, float]]) -> dict[str, Any]:

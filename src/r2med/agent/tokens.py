@@ -44,8 +44,7 @@ def server_root(base_url: str) -> str:
     >>> server_root("http://h:8000/v1/"), server_root("http://h:8080")
     ('http://h:8000', 'http://h:8080')
     """
-    url = base_url.rstrip("/")
-    return url[: -len("/v1")] if url.endswith("/v1") else url
+    return base_url.rstrip("/").removesuffix("/v1")
 
 
 class ServerTokenizer:
@@ -101,7 +100,7 @@ def local_tokenizer(model: str) -> LocalTokenizer | None:
         from transformers import AutoTokenizer
 
         return LocalTokenizer(AutoTokenizer.from_pretrained(model, local_files_only=True), f"{model} (local)")
-    except Exception as exc:  # no tokenizer files, transformers missing: the server's tokenizer is the fallback
+    except Exception as exc:  # noqa: BLE001 - no tokenizer files, transformers missing: the server's tokenizer is the fallback
         logger.debug("no local tokenizer for %s: %s", model, exc)
         return None
 
