@@ -162,7 +162,7 @@ def test_style_registry_and_per_model_limits():
 
 @pytest.mark.parametrize("model, template", [
     ("Qwen/QwQ-32B", "qwq"),
-    ("qwq-32b-preview", "qwq"),
+    ("qwq-32b-preview", None),  # not QwQ-32B's template (issue 23)
     ("Qwen/Qwen2.5-7B-Instruct", "qwen2.5"),
     ("qwen_2.5-14b", "qwen2.5"),
     ("PeterJinGo/SearchR1-nq_hotpotqa_train-qwen2.5-7b-em-ppo", "qwen2.5"),
@@ -271,3 +271,13 @@ def test_agent_ranking_is_rrf_over_the_searches():
     assert list(run["q"])[:2] == ["c", "a"]
     assert run["none"] == {}
     assert list(agent_ranking(rows, top_k=2)["q"]) == ["c", "a"]
+
+
+def test_template_names_llama_search_r1_and_qwq_preview():
+    from r2med.agent.templates import template_for_model
+
+    # Search-R1's Llama-3.2 checkpoints are Llama 3 models, not Qwen2.5 ones
+    assert template_for_model("PeterJinGo/SearchR1-nq_hotpotqa_train-llama3.2-3b-em-ppo") == "llama3"
+    assert template_for_model("PeterJinGo/SearchR1-nq_hotpotqa_train-qwen2.5-3b-em-ppo") == "qwen2.5"
+    # QwQ-32B-Preview's generation prompt opens no thinking block: it must not get QwQ-32B's template
+    assert template_for_model("Qwen/QwQ-32B-Preview") is None and template_for_model("Qwen/QwQ-32B") == "qwq"

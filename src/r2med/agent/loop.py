@@ -391,7 +391,13 @@ def run_agent(
     from r2med.llm.client import Budget
 
     start = time.perf_counter()
+    named = config.chat_template
     config = config.resolved()
+    if progress:
+        import sys
+
+        how = "given" if named else "from the model name"
+        print(f"{dataset.name}: protocol {config.protocol}, template: {config.chat_template} ({how})", file=sys.stderr)
     out_dir = Path(out_dir)
     report = AgentReport(dataset.name, config.style, config.name, queries=len(dataset.queries),
                          protocol=str(config.protocol))
