@@ -282,7 +282,7 @@ def test_the_agent_writes_no_key_into_its_trajectories_or_summary(server, tmp_pa
     searcher = CorpusSearcher("toy", "toy", "dataset", {"d1": "Aspirin."}, {"retriever": "toy"},
                               lambda texts, k: [[("d1", 1.0)] for _ in texts], threading.Lock())
     dataset = Dataset("toy", ["d1"], ["Aspirin."], {"a": "what helps against a fever"}, {})
-    config = AgentConfig(style="search-r1", llm_model="m", base_url=server.base_url, chat_template="chatml")
+    config = AgentConfig(protocol="search-r1-infer", llm_model="m", base_url=server.base_url, chat_template="chatml")
     client = ChatClient("m", server.base_url, api_key_env="R2MED_STACK_KEY", max_retries=2, backoff=BACKOFF)
     report = run_agent(dataset, config, searcher, out_dir=tmp_path, client=client, progress=False)
     assert list(report.failures) == ["a"] and server.count(PATHS["completions"]) == 3

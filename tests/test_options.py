@@ -130,11 +130,14 @@ def test_every_llm_command_takes_the_same_endpoint_flags():
 def test_the_agent_sends_no_temperature_when_told_none():
     from r2med.agent.config import AgentConfig
 
-    config = AgentConfig(style="search-r1", llm_model="m", base_url="http://x/v1", chat_template="raw",
+    config = AgentConfig(protocol="search-r1-infer", llm_model="m", base_url="http://x/v1", chat_template="raw",
                          temperature="none")
     assert config.resolved().sampling().to_request() == {"max_tokens": 1024}
-    assert AgentConfig(style="search-r1", llm_model="m", base_url="http://x/v1", chat_template="raw"
+    assert AgentConfig(protocol="search-r1-infer", llm_model="m", base_url="http://x/v1", chat_template="raw"
                        ).resolved().sampling().to_request() == {"temperature": 0.7, "max_tokens": 1024}
+    # search-r1-eval (the default for search-r1) is greedy: temperature 0, top_p 1, 500 tokens
+    assert AgentConfig(style="search-r1", llm_model="m", base_url="http://x/v1", chat_template="raw"
+                       ).resolved().sampling().to_request() == {"temperature": 0.0, "top_p": 1.0, "max_tokens": 500}
 
 
 class Plain:

@@ -9,7 +9,8 @@ Reason-in-Documents prompt is answered with ``condensed_for(query)`` after a "**
 
 Markers in a question change the script: ``FAIL-ME`` -> HTTP 400; ``NEVER-CLOSE`` -> an unclosed search tag until
 max_tokens ("length"); ``REPEAT`` -> the same search every turn; ``GARBAGE`` -> text without any tag; ``EMPTY`` ->
-an empty search query. ``latency`` delays every answer. ``requests`` records every body received.
+an empty search query. ``latency`` delays every answer. ``requests`` records every completion body received.
+``POST /tokenize`` and ``/detokenize`` (vLLM's bodies) tokenize one token per character.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class CompletionServer:
     def __init__(self, *, latency: float = 0.0) -> None:
         self.latency = latency
         self.requests: list[dict[str, Any]] = []
+        self.tokenize_calls = 0
         self._lock = threading.Lock()
         server = self
 
@@ -58,11 +60,17 @@ class CompletionServer:
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
-                with server._lock:
-                    server.requests.append(body)
-                if server.latency:
-                    time.sleep(server.latency)
-                status, payload = server.answer(body)
+                if self.path in ("/tokenize", "/detokenize"):  # vLLM's shape; one token per character
+                    with server._lock:
+                        server.tokenize_calls += 1
+                    status, payload = 200, ({"tokens": [ord(c) for c in body["prompt"]]} if self.path == "/tokenize"
+                                            else {"prompt": "".join(chr(t) for t in body["tokens"])})
+                else:
+                    with server._lock:
+                        server.requests.append(body)
+                    if server.latency:
+                        time.sleep(server.latency)
+                    status, payload = server.answer(body)
                 data = json.dumps(payload).encode()
                 try:
                     self.send_response(status)
@@ -104,7 +112,7 @@ class CompletionServer:
         if o1:
             done = prompt.count("<|end_search_result|>") - 1  # the instruction names the token once
         else:
-            done = prompt.count("</information>") - 1
+            done = prompt.count("<information>") - 1  # (an observation cut to its first tokens loses its close)
         plan = searches_for(question)
         if "NEVER-CLOSE" in question:
             return (f"<search> {plan[0]} and more" if not o1 else f"<|begin_search_query|>{plan[0]} and more"), "length"

@@ -18,8 +18,8 @@ TINY = Path(__file__).resolve().parents[1] / "data" / "tiny"
 
 def agent(server, out: Path, *, progress: bool):
     dataset = load_dir(TINY, "tiny")
-    config = AgentConfig(style="search-r1", llm_model="test-model", base_url=server.base_url, chat_template="chatml",
-                         concurrency=1)
+    config = AgentConfig(protocol="search-r1-infer", llm_model="test-model", base_url=server.base_url, chat_template="chatml",
+                         concurrency=1, stop_on_repeat=True)
     return run_agent(dataset, config, open_searcher(BM25Retriever(progress=False), dataset), out_dir=out,
                      progress=progress)
 

@@ -30,6 +30,8 @@ LATENCY = 0.1  # per request: a run takes a few seconds, so it can be killed mid
 LLM = "fake-llm"
 #: (style, LLM calls per query with the script's two searches, cache lines to wait for before the kill)
 STYLES = {"search-r1": (3, 10), "search-o1": (5, 16)}
+#: the counts above are those of infer.py's protocol for Search-R1
+PROTOCOLS = {"search-r1": "search-r1-infer", "search-o1": "search-o1"}
 #: every field a completion request may carry (anything else would be a field the cache key does not cover)
 BODY_FIELDS = {"model", "prompt", "temperature", "top_p", "max_tokens", "seed", "stop", "top_k", "repetition_penalty"}
 
@@ -48,7 +50,7 @@ def scifact_subset(tmp_path) -> tuple[Path, list[str]]:
 
 
 def agent_command(style: str, base_url: str, data: Path, output: Path) -> list[str]:
-    return [sys.executable, "-m", "r2med.cli", "agent", "--style", style, "--llm-model", LLM, "--base-url", base_url,
+    return [sys.executable, "-m", "r2med.cli", "agent", "--protocol", PROTOCOLS[style], "--llm-model", LLM, "--base-url", base_url,
             "--chat-template", "chatml", "--data-dir", str(data), "--output", str(output),
             "--concurrency", str(CONCURRENCY), "--seed", "7", "-q"]
 
@@ -158,7 +160,7 @@ def test_the_same_request_from_two_queries_at_once_is_sent_once(style, scifact_s
     twins = replace(dataset, queries={qids[0]: question, qids[1]: question})
     searcher = open_searcher(BM25Retriever(cache_dir=None, progress=False, workers=1), dataset)
     with CompletionServer(latency=LATENCY) as server:
-        config = AgentConfig(style=style, llm_model=LLM, base_url=server.base_url, chat_template="chatml", concurrency=2)
+        config = AgentConfig(style=style, protocol=PROTOCOLS[style], llm_model=LLM, base_url=server.base_url, chat_template="chatml", concurrency=2)
         report = run_agent(twins, config, searcher, out_dir=tmp_path / "twins", progress=False)
         keys = [wire_key(body) for body in server.requests]
     per_query = STYLES[style][0]

@@ -58,6 +58,10 @@ def subset(dataset: Dataset, queries: dict[str, str]) -> Dataset:
 
 
 def config(style: str, server: CompletionServer, **kwargs) -> AgentConfig:
+    """An agent of ``style`` on the scripted server; Search-R1 runs infer.py's protocol unless told otherwise (these
+    tests check infer.py's requests; ``test_search_r1_eval.py`` checks the evaluation protocol's)."""
+    if style == "search-r1":
+        kwargs.setdefault("protocol", "search-r1-infer")
     return AgentConfig(style=style, llm_model="test-model", base_url=server.base_url, chat_template="chatml", **kwargs)
 
 
@@ -141,8 +145,8 @@ def test_search_r1_markers_end_the_loop(scifact, searcher, tmp_path):
                "n": "NEVER-CLOSE perinatal mortality birth weight", "e": "EMPTY query about anemia",
                "f": "FAIL-ME please about anemia", "ok": Q1}
     with CompletionServer() as server:
-        report = run_agent(subset(scifact, queries), config("search-r1", server), searcher, out_dir=tmp_path,
-                           progress=False)
+        report = run_agent(subset(scifact, queries), config("search-r1", server, stop_on_repeat=True), searcher,
+                           out_dir=tmp_path, progress=False)
     rows = {r["id"]: r for r in report.trajectories}
     assert {q: r["stop_reason"] for q, r in rows.items()} == {
         "g": "no-answer", "r": "repeated-search", "n": "length", "e": "empty-search", "f": "error", "ok": "answer"}
@@ -163,6 +167,24 @@ def test_search_r1_markers_end_the_loop(scifact, searcher, tmp_path):
     assert {r["id"]: (r["hy_doc"], r["fell_back"]) for r in written} == {
         **{q: (queries[q], True) for q in ("g", "r", "n", "e")}, "ok": (answer_for(Q1), False)}
     assert [r["id"] for r in jsonl(tmp_path / "trajectories.jsonl")] == list(queries)
+
+
+def test_search_r1_infer_does_not_stop_on_a_repeated_empty_or_cut_query(scifact, searcher, tmp_path):
+    """infer.py (94-127): only the end-of-sequence token ends a query; a repeated query is searched again, an empty
+    one gets '' as results, a turn cut by max_tokens searches the last <search> of the whole text."""
+    queries = {"r": "REPEAT vitamin B12 homocysteine levels", "e": "EMPTY query about anemia",
+               "n": "NEVER-CLOSE perinatal mortality birth weight"}
+    with CompletionServer() as server:
+        report = run_agent(subset(scifact, queries), config("search-r1", server, max_turns=3), searcher,
+                           out_dir=tmp_path, progress=False)
+    rows = {r["id"]: r for r in report.trajectories}
+    assert {q: r["stop_reason"] for q, r in rows.items()} == {"r": "max-turns", "e": "max-turns", "n": "max-turns"}
+    assert [s["query"] for s in rows["r"]["searches"]] == ["REPEAT vitamin B12"] * 3
+    # "   " is a query to infer.py (119: truthy): searched, every turn
+    assert [s["query"] for s in rows["e"]["searches"]] == [""] * 3
+    assert rows["e"]["output"].startswith("\n\n<search>   </search><information>Doc 1(Title: ")
+    # the cut turn closes no search: the last <search> pair of the whole text is the instruction's " query "
+    assert [s["query"] for s in rows["n"]["searches"]] == ["query"] * 3
 
 
 def test_search_r1_search_limit(three, searcher, tmp_path):
@@ -255,9 +277,11 @@ def test_search_o1_repeated_query_message_until_max_turns(scifact, searcher, tmp
     first_block = "\n\n<|begin_search_result|>" + condensed_for("REPEAT vitamin B12") + "<|end_search_result|>\n\n"
     assert row["output"] == turn + first_block + (turn + repeat) * 14
     assert [t.get("note") for t in row["turns"]] == [None] + ["repeated query message"] * 14
-    assert row["answer"] is None
+    # run_search_o1.py keeps the output at the turn limit (683-685, 701); R2MED's cut: no "</think>", the whole text
+    expected = row["output"].strip()
+    assert row["answer"] == expected
     written = jsonl(tmp_path / "query_with_hydoc.jsonl")
-    assert [(r["hy_doc"], r["fell_back"], r["stop_reason"]) for r in written] == [(question, True, "max-turns")]
+    assert [(r["hy_doc"], r["fell_back"], r["stop_reason"]) for r in written] == [(expected, False, "max-turns")]
 
 
 def test_search_o1_search_limit_message(three, searcher, tmp_path):
@@ -325,7 +349,8 @@ def test_answer_policies(scifact, searcher, tmp_path):
 def test_authors_policy_writes_the_output_of_an_empty_search(scifact, searcher, tmp_path):
     with CompletionServer() as server:
         report = run_agent(subset(scifact, {"e": "EMPTY query about anemia"}),
-                           config("search-r1", server, policy="authors"), searcher, out_dir=tmp_path, progress=False)
+                           config("search-r1", server, policy="authors", stop_on_repeat=True), searcher,
+                           out_dir=tmp_path, progress=False)
     assert jsonl(tmp_path / "query_with_hydoc.jsonl")[0]["hy_doc"] == "<search>   </search>"
     assert report.fell_back == 0
 
@@ -435,7 +460,8 @@ def test_a_search_that_raises_ends_that_query_only(tmp_path):
     searcher = CorpusSearcher("toy", "toy", "dataset", {"d1": "Aspirin."}, {"retriever": "toy"}, search, threading.Lock())
     dataset = Dataset("toy", ["d1"], ["Aspirin."], {"a": "boom goes the index", "b": "what helps against a fever"}, {})
     with CompletionServer() as server:
-        config = AgentConfig(style="search-r1", llm_model="test-model", base_url=server.base_url, chat_template="chatml")
+        config = AgentConfig(protocol="search-r1-infer", llm_model="test-model", base_url=server.base_url,
+                             chat_template="chatml")
         report = run_agent(dataset, config, searcher, out_dir=tmp_path, progress=False)
     rows = {row["id"]: row for row in report.trajectories}
     assert rows["a"]["stop_reason"] == "error" and rows["a"]["error"] == "RuntimeError: index went away"

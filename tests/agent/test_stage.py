@@ -69,7 +69,7 @@ def biology(biology_source, tmp_path) -> Path:
 
 
 def _agent(server: CompletionServer, **kwargs) -> AgentConfig:
-    return AgentConfig(style="search-r1", llm_model="test-model", base_url=server.base_url, chat_template="chatml",
+    return AgentConfig(protocol="search-r1-infer", llm_model="test-model", base_url=server.base_url, chat_template="chatml",
                        **kwargs)
 
 
@@ -156,7 +156,7 @@ def test_a_failed_query_makes_the_stage_incomplete_after_its_files_are_written(c
     assert not (out / "agent" / "search-r1" / "test-model" / "bm25" / "Biology.json").exists()
 
     with CompletionServer() as server:
-        result = cli("agent", "--style", "search-r1", "--llm-model", "test-model", "--base-url", server.base_url,
+        result = cli("agent", "--protocol", "search-r1-infer", "--llm-model", "test-model", "--base-url", server.base_url,
                      "--chat-template", "chatml", "--data-dir", biology, "--output", out, "-q")
     assert result.code == 6, result.err
     assert "1 of 5 queries failed" in result.err
@@ -173,7 +173,7 @@ def test_r2med_agent_searches_a_knowledge_corpus(cli, biology, tmp_path, isolate
     _write(kb / "corpus.jsonl", [{"id": k, "text": v} for k, v in docs.items()])
     out = tmp_path / "results"
     with CompletionServer() as server:
-        result = cli("agent", "--style", "search-r1", "--llm-model", "test-model", "--base-url", server.base_url,
+        result = cli("agent", "--protocol", "search-r1-infer", "--llm-model", "test-model", "--base-url", server.base_url,
                      "--chat-template", "chatml", "--data-dir", biology, "--output", out, "--knowledge-dir", kb,
                      "--json")
     assert result.code == 0, result.err

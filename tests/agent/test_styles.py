@@ -162,7 +162,7 @@ def test_style_registry_and_per_model_limits():
 
 @pytest.mark.parametrize("model, template", [
     ("Qwen/QwQ-32B", "qwq"),
-    ("qwq-32b-preview", "qwq"),
+    ("qwq-32b-preview", None),  # not QwQ-32B's template (issue 23)
     ("Qwen/Qwen2.5-7B-Instruct", "qwen2.5"),
     ("qwen_2.5-14b", "qwen2.5"),
     ("PeterJinGo/SearchR1-nq_hotpotqa_train-qwen2.5-7b-em-ppo", "qwen2.5"),
@@ -195,20 +195,33 @@ def test_templates_wrap_one_user_turn():
 # --------------------------------------------------------------------------------------------- config, answers
 
 def test_agent_config_resolves_the_authors_defaults():
-    r1 = AgentConfig(style="search-r1", llm_model="PeterJinGo/SearchR1-nq_hotpotqa_train-qwen2.5-7b-em-ppo", base_url="http://x/v1").resolved()
-    assert (r1.chat_template, r1.search_top_k, r1.max_searches, r1.max_turns, r1.max_tokens, r1.temperature,
-            r1.top_p) == ("qwen2.5", 3, 10, 11, 1024, 0.7, None)
+    model = "PeterJinGo/SearchR1-nq_hotpotqa_train-qwen2.5-7b-em-ppo"
+    # search-r1 without a protocol: Search-R1's evaluation (evaluate.sh: 500 tokens, greedy, max_turns 4, topk 3)
+    r1 = AgentConfig(style="search-r1", llm_model=model, base_url="http://x/v1").resolved()
+    assert (r1.protocol, r1.chat_template, r1.search_top_k, r1.max_searches, r1.max_turns, r1.max_tokens,
+            r1.temperature, r1.top_p) == ("search-r1-eval", "qwen2.5", 3, 4, 4, 500, 0.0, 1.0)
+    infer = AgentConfig(protocol="search-r1-infer", llm_model=model, base_url="http://x/v1").resolved()
+    assert (infer.style, infer.search_top_k, infer.max_searches, infer.max_turns, infer.max_tokens, infer.temperature,
+            infer.top_p) == ("search-r1", 3, 10, 11, 1024, 0.7, None)
     o1 = AgentConfig(style="search-o1", llm_model="Qwen/QwQ-32B", base_url="http://x/v1").resolved()
-    assert (o1.chat_template, o1.search_top_k, o1.max_searches, o1.max_turns, o1.max_tokens, o1.temperature,
-            o1.top_p) == ("qwq", 10, 10, 15, 20480, 0.7, 0.8)
-    # more searches than the turn limit allows: one turn more than searches
-    assert AgentConfig(style="search-r1", llm_model="m", base_url="http://x/v1", chat_template="raw", max_searches=20).resolved().max_turns == 21
+    assert (o1.protocol, o1.chat_template, o1.search_top_k, o1.max_searches, o1.max_turns, o1.max_tokens,
+            o1.temperature, o1.top_p) == ("search-o1", "qwq", 10, 10, 15, 20480, 0.7, 0.8)
+    # individual options override the protocol's values
+    greedy = AgentConfig(protocol="search-r1-eval", llm_model="m", base_url="http://x/v1", chat_template="raw",
+                         temperature=0.7, max_tokens=64, max_turns=2).resolved()
+    assert (greedy.temperature, greedy.max_tokens, greedy.max_turns, greedy.max_searches) == (0.7, 64, 2, 2)
+    # more searches than the turn limit allows: one turn more than searches (protocols with a search limit)
+    assert AgentConfig(protocol="search-r1-infer", llm_model="m", base_url="http://x/v1", chat_template="raw", max_searches=20).resolved().max_turns == 21
     assert AgentConfig(style="search-r1", llm_model="m", base_url="http://x/v1", chat_template="raw", max_searches=0).resolved().max_searches == 0
     # llm_name names the model's template when the id does not
     assert AgentConfig(style="search-o1", llm_model="/models/ckpt", base_url="http://x/v1", llm_name="qwen3-8b").resolved().chat_template == "chatml"
     key = AgentConfig(style="search-o1", llm_model="Qwen/Qwen3-8B", base_url="http://x/v1", concurrency=3, max_requests=9).key()
     assert "base_url" not in key and "concurrency" not in key and "max_requests" not in key
     assert key["extra"] == {"top_k": 20, "repetition_penalty": 1.0}
+    assert (key["protocol"], key["stop_on_repeat"]) == ("search-o1", False)
+    eval_key = AgentConfig(style="search-r1", llm_model="m", base_url="http://x/v1", chat_template="raw").key()
+    assert eval_key["protocol_settings"] == {"protocol": "search-r1-eval", "final_turn": True, "max_obs_tokens": 500,
+                                             "max_context_tokens": 4096, "answer_rule": "r1-eval"}
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -218,6 +231,8 @@ def test_agent_config_resolves_the_authors_defaults():
     ({"max_turns": 0}, "max-turns must be at least 1, got 0"),
     ({"search_top_k": 0}, "search-top-k must be at least 1, got 0"),
     ({"chat_template": "chatmll"}, "unknown chat template 'chatmll'"),
+    ({"protocol": "search-r2"}, "unknown agent protocol 'search-r2'"),
+    ({"protocol": "search-o1"}, "protocol 'search-o1' runs style 'search-o1', not 'search-r1'"),
 ])
 def test_agent_config_errors(kwargs, message):
     values = {"style": "search-r1", "llm_model": "m", "base_url": "http://x/v1", **kwargs}
@@ -231,15 +246,21 @@ def test_a_model_without_a_known_template_needs_one():
 
 
 def test_answer_of():
-    answered = {"stop_reason": "answer", "turns": [{"text": "<answer> A </answer> <answer>B</answer>"}]}
-    assert answer_of("search-r1", answered, thinking_template=False) == "A"
-    assert answer_of("search-r1", {**answered, "stop_reason": "length"}, thinking_template=False) is None
-    assert answer_of("search-r1", {"stop_reason": "answer", "turns": []}, thinking_template=False) is None
-    o1 = {"stop_reason": "answer", "turns": [{"text": "a</think>b</think>\n Final. "}]}
-    assert answer_of("search-o1", o1, thinking_template=True) == "Final."
-    unclosed = {"stop_reason": "answer", "turns": [{"text": " thinking, no close "}]}
-    assert answer_of("search-o1", unclosed, thinking_template=True) is None
-    assert answer_of("search-o1", unclosed, thinking_template=False) == "thinking, no close"
+    # r1-first (R2MED's src/base.py for qwen-*-ins): the first <answer> pair of the output
+    answered = {"stop_reason": "answer", "turns": [{}], "output": "x <answer> A </answer> <answer>B</answer>"}
+    assert answer_of("r1-first", answered) == "A"
+    assert answer_of("r1-first", {**answered, "output": "no tags"}) is None
+    assert answer_of("r1-first", {**answered, "stop_reason": "error"}) is None
+    assert answer_of("r1-first", {**answered, "turns": []}) is None
+    # r1-eval (qa_em.py extract_solution): the last pair, of the model's turns only (not the prompt's two)
+    turns = {"stop_reason": "max-turns", "output": "", "turns": [{"text": "<answer> A </answer>"}, {"text": "x <answer>B</answer>"}]}
+    assert answer_of("r1-eval", turns) == "B"
+    assert answer_of("r1-eval", {**turns, "turns": [{"text": "no answer"}]}) is None
+    # o1 (R2MED's cut for thinking models): after the first </think>, else the whole output, at any ending
+    o1 = {"stop_reason": "max-turns", "turns": [{}], "output": "a</think>b</think>\n Final. "}
+    assert answer_of("o1", o1) == "b</think>\n Final."
+    assert answer_of("o1", {**o1, "output": " thinking, no close "}) == "thinking, no close"
+    assert answer_of("o1", {**o1, "output": "  "}) is None
 
 
 def test_agent_ranking_is_rrf_over_the_searches():
@@ -250,3 +271,13 @@ def test_agent_ranking_is_rrf_over_the_searches():
     assert list(run["q"])[:2] == ["c", "a"]
     assert run["none"] == {}
     assert list(agent_ranking(rows, top_k=2)["q"]) == ["c", "a"]
+
+
+def test_template_names_llama_search_r1_and_qwq_preview():
+    from r2med.agent.templates import template_for_model
+
+    # Search-R1's Llama-3.2 checkpoints are Llama 3 models, not Qwen2.5 ones
+    assert template_for_model("PeterJinGo/SearchR1-nq_hotpotqa_train-llama3.2-3b-em-ppo") == "llama3"
+    assert template_for_model("PeterJinGo/SearchR1-nq_hotpotqa_train-qwen2.5-3b-em-ppo") == "qwen2.5"
+    # QwQ-32B-Preview's generation prompt opens no thinking block: it must not get QwQ-32B's template
+    assert template_for_model("Qwen/QwQ-32B-Preview") is None and template_for_model("Qwen/QwQ-32B") == "qwq"

@@ -86,11 +86,11 @@ def test_agent(cli, tmp_path, flag):
     from completion_server import CompletionServer
 
     with CompletionServer() as server:
-        result = cli("agent", "--style", "search-r1", "--llm-model", "test-model", "--base-url", server.base_url,
-                     "--chat-template", "chatml", "--data-dir", TINY, "--output", tmp_path, "--concurrency", "1",
-                     *FLAGS[flag])
+        result = cli("agent", "--protocol", "search-r1-infer", "--stop-on-repeat", "--llm-model", "test-model",
+                     "--base-url", server.base_url, "--chat-template", "chatml", "--data-dir", TINY, "--output",
+                     tmp_path, "--concurrency", "1", *FLAGS[flag])
     # the agent's counts are its result, printed with -q too (README); no bar
-    counts = "tiny: 5 searches, 8 LLM calls (0 from the cache); stop reasons: answer 2, repeated-search 1\n"
+    counts = "tiny: protocol search-r1-infer, 5 searches, 8 LLM calls (0 from the cache); stop reasons: answer 2, repeated-search 1\n"
     check(result, flag, shows=("tiny: search-r1 test-model",), quiet_err=counts)
 
 

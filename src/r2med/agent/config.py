@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from r2med.agent import protocols as pr
 from r2med.agent import styles as st
 from r2med.agent.templates import template_for_model, templates
 from r2med.errors import UsageError
@@ -18,8 +19,8 @@ STOP_REASONS = {
     "no-answer": "the model stopped without a search and without an answer",
     "length": "a generation reached max_tokens",
     "search-limit": "the model asked for a search beyond max_searches",
-    "repeated-search": "Search-R1 asked the same search twice in a row",
-    "empty-search": "the model closed an empty search query",
+    "repeated-search": "Search-R1 asked the same search twice in a row (only with --stop-on-repeat)",
+    "empty-search": "the model closed an empty search query (Search-R1: only with --stop-on-repeat)",
     "max-turns": "the turn limit was reached with the model still searching",
     "budget": "the request or token budget ran out",
     "error": "a request failed after its retries (the query is not written; rerun to retry it)",
@@ -33,16 +34,29 @@ class AgentConfig(LLMOptions):
     (the authors')."""
 
     style: str = option(None, "the agent: search-r1 (Search-R1's loop) or search-o1 (Search-o1's, with "
-                        "Reason-in-Documents)", choices=lambda: tuple(st.STYLES))
+                        "Reason-in-Documents); default: the protocol's", choices=lambda: tuple(st.STYLES))
+    protocol: str | None = option(None, "the authors' settings the agent runs with: search-r1-eval (Search-R1 as "
+                                  "evaluated: greedy, 500 tokens, cuts at 500/4096 tokens, 4 turns + a final one), "
+                                  "search-r1-infer (its infer.py), search-o1 (run_search_o1.py); default: "
+                                  "search-r1-eval for search-r1; other flags override its values",
+                                  choices=lambda: tuple(pr.PROTOCOLS))
+    stop_on_repeat: bool = option(False, "Search-R1: also end a query on a repeated or empty search query or a "
+                                  "turn cut by max-tokens (stops the authors' loops do not have)")
     chat_template: str | None = option(None, "how the user turn is wrapped (default: from the model name)",
                                        choices=lambda: tuple(templates().names()))
-    search_top_k: int | None = option(None, "documents per search (default: Search-R1 3, Search-o1 10)", minimum=1)
-    max_searches: int | None = option(None, "searches per query (default 10)", minimum=0)
-    max_turns: int | None = option(None, "generations per query (default: Search-R1 11, Search-o1 15)", minimum=1)
+    search_top_k: int | None = option(None, "documents per search (default: the protocol's: Search-R1 3, "
+                                      "Search-o1 10)", minimum=1)
+    max_searches: int | None = option(None, "searches per query (default: the protocol's: search-r1-eval one per turn, "
+                                       "search-r1-infer and search-o1 10)", minimum=0)
+    max_turns: int | None = option(None, "generations per query (default: the protocol's: search-r1-eval 4 "
+                                    "and one final answer turn, search-r1-infer 11, search-o1 15)", minimum=1)
     max_tokens: int | None = redefault(LLMOptions, "max_tokens", None,
-                                       note="default: Search-R1 1024; Search-o1 8192, QwQ 20480")
-    temperature: float | None = redefault(LLMOptions, "temperature", None, note="default 0.7, both styles")
-    top_p: float | None = redefault(LLMOptions, "top_p", None, note="default: Search-o1 0.8, Search-R1 the server's")
+                                       note="default: the protocol's: search-r1-eval 500, "
+                                       "search-r1-infer 1024, search-o1 8192 (QwQ 20480)")
+    temperature: float | None = redefault(LLMOptions, "temperature", None, note="default: the protocol's: "
+                                          "search-r1-eval 0 (greedy), search-r1-infer and search-o1 0.7")
+    top_p: float | None = redefault(LLMOptions, "top_p", None, note="default: the protocol's: "
+                                    "search-r1-eval 1, search-o1 0.8, search-r1-infer the server's")
     concurrency: int = redefault(LLMOptions, "concurrency", 16)
     policy: str = option("fallback", "a query the agent did not answer: fallback = the plain question as hy_doc, "
                          "authors = the whole output, error = leave it out (a failed query)", choices=POLICIES,
@@ -50,10 +64,18 @@ class AgentConfig(LLMOptions):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.protocol is not None:
+            row = pr.protocol(self.protocol)  # UsageError with the valid names
+            if self.style is None:
+                object.__setattr__(self, "style", row.style)
+            elif self.style != row.style:
+                raise UsageError(f"protocol {self.protocol!r} runs style {row.style!r}, not {self.style!r}: drop "
+                                 "--style or pass a protocol of that style "
+                                 f"({', '.join(p.name for p in pr.PROTOCOLS.values() if p.style == self.style)})")
         for name in ("style", "llm_model", "base_url"):
             if not getattr(self, name):
-                raise UsageError(f"needs {name}: an agent needs style, llm_model and base_url (e.g. search-r1, "
-                                 "MODEL, http://localhost:8000/v1)")
+                raise UsageError(f"needs {name}: an agent needs a style (or a protocol), llm_model and base_url "
+                                 "(e.g. search-r1, MODEL, http://localhost:8000/v1)")
         st.agent_style(self.style)  # UsageError with the valid names
         if self.policy not in POLICIES:
             raise UsageError(f"unknown answer policy {self.policy!r}; valid: {', '.join(POLICIES)}")
@@ -70,21 +92,30 @@ class AgentConfig(LLMOptions):
     def name(self) -> str:
         return self.llm_name or self.llm_model
 
+    @property
+    def protocol_row(self) -> pr.Protocol:
+        """The protocol this agent runs (the style's default when none is named)."""
+        return pr.protocol(self.protocol or pr.default_protocol(st.agent_style(self.style).name))
+
     def resolved(self) -> AgentConfig:
-        """Every ``None`` replaced by the style's default; the chat template from the model's name (UsageError
-        when it names none: pass ``chat_template``)."""
+        """Every ``None`` replaced by the protocol's value (the authors'); the chat template from the model's name
+        (UsageError when it names none: pass ``chat_template``)."""
         style = st.agent_style(self.style)
-        d = style.defaults
+        d = self.protocol_row
         template = self.chat_template or template_for_model(self.llm_model) or template_for_model(self.name)
         if template is None:
             raise UsageError(f"no chat template is known for {self.llm_model!r}; pass --chat-template "
                              f"({', '.join(templates().names())})")
+        max_turns = self.max_turns or d.max_turns
+        if d.max_searches is not None and not self.max_turns:  # the turns are at least the searches + 1
+            max_turns = max(max_turns, (self.max_searches or 0) + 1)
+        max_searches = d.max_searches if self.max_searches is None else self.max_searches
         return replace(
-            self, style=style.name, chat_template=template,
-            search_top_k=self.search_top_k or d.top_k,
-            max_searches=d.max_searches if self.max_searches is None else self.max_searches,
-            max_turns=self.max_turns or max(d.max_turns, (self.max_searches or 0) + 1),
-            max_tokens=self.max_tokens or style.max_tokens(self.llm_model),
+            self, style=style.name, protocol=d.name, chat_template=template,
+            search_top_k=self.search_top_k or d.search_top_k,
+            max_searches=max_turns if max_searches is None else max_searches,  # None: one per turn
+            max_turns=max_turns,
+            max_tokens=self.max_tokens or d.max_tokens or style.max_tokens(self.llm_model),
             temperature=d.temperature if self.temperature is None else self.temperature,
             top_p=d.top_p if self.top_p is None else self.top_p,
         )
@@ -95,11 +126,12 @@ class AgentConfig(LLMOptions):
         resolved = self.resolved()
         out = {name: getattr(resolved, name) for name in _KEY_ORDER}
         out["extra"] = st.agent_style(self.style).extra(self.llm_model)
+        out["protocol_settings"] = resolved.protocol_row.settings()
         if out["style"] == "search-o1":  # the Reason-in-Documents call's own, fixed sampling
             out["reason_in_documents"] = {**st.O1_REASON_SAMPLING, **st.O1_REASON_EXTRA}
         return out
 
 
 #: the keyed options of an agent, in the order of its manifests and summaries
-_KEY_ORDER = ("style", "llm_model", "chat_template", "search_top_k", "max_searches", "max_turns", "max_tokens",
+_KEY_ORDER = ("style", "protocol", "stop_on_repeat", "llm_model", "chat_template", "search_top_k", "max_searches", "max_turns", "max_tokens",
               "temperature", "top_p", "seed", "policy")

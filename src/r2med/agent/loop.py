@@ -27,7 +27,7 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from r2med import __version__
 from r2med.agent import styles as st
@@ -67,9 +67,13 @@ class _Engine:
     """One dataset's agent run: the client, the cache, the searcher, and the per-query loops."""
 
     def __init__(self, config: AgentConfig, searcher: CorpusSearcher, client: Any, cache: Any,
-                 report: AgentReport) -> None:
+                 report: AgentReport, tokens: Any = None) -> None:
         self.config = config
         self.style = st.agent_style(config.style)
+        self.protocol = config.protocol_row
+        self.tokens = tokens
+        self.token_cache: dict[str, list[int]] = {}
+        self.token_executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="r2med-tokens")
         self.template = templates().get(str(config.chat_template))
         self.searcher = searcher
         self.client = client
@@ -154,7 +158,7 @@ class _Engine:
                                "prompt": prompt, "turns": [], "searches": [], "output": "", "stop_reason": None,
                                "answer": None, "error": None}
         try:
-            await (self._r1(row) if style.name == "search-r1" else self._o1(row))
+            await self.loops[self.protocol.loop](self, row)
         except _Stop:  # another query's request stopped the run
             from r2med.llm.client import BudgetExceeded
 
@@ -176,7 +180,7 @@ class _Engine:
         except Exception as exc:
             logger.warning("query %r failed: %s: %s", qid, type(exc).__name__, exc, exc_info=logger.isEnabledFor(10))
             row["stop_reason"], row["error"] = "error", f"{type(exc).__name__}: {exc}"
-        row["answer"] = answer_of(style.name, row, thinking_template=self.template.after.endswith("<think>\n"))
+        row["answer"] = answer_of(self.protocol.answer_rule, row)
         return row
 
     async def _turn(self, row: dict[str, Any], prompt: str) -> tuple[str, dict[str, Any], bool]:
@@ -194,29 +198,122 @@ class _Engine:
                              "prompt_tokens": record["prompt_tokens"], "completion_tokens": record["completion_tokens"]})
         return text, record, closed
 
-    async def _r1(self, row: dict[str, Any]) -> None:
+    async def _r1_infer(self, row: dict[str, Any]) -> None:
+        """infer.py's loop: a turn ended by the end-of-sequence token ends the query; any other (closed at
+        ``</search>`` or cut by max_tokens) searches the last ``<search>`` query of the whole text ('' results when
+        there is none) and goes on. ``stop_on_repeat``: r2med's earlier stops (the query from this turn only; an
+        empty, repeated or unclosed one ends the query)."""
         last_query = None
         for _ in range(int(self.config.max_turns)):
             text, record, closed = await self._turn(row, row["prompt"] + row["output"])
-            query = st.last_between(text, *st.R1_SEARCH) if closed else None
-            if query is None:
+            if self.config.stop_on_repeat:
+                query = st.last_between(text, *st.R1_SEARCH) if closed else None
+                ended = query is None
+            else:
+                ended = not closed and record["finish_reason"] != "length"  # infer.py:109-113
+                query = None if ended else st.r1_infer_query(row["prompt"] + row["output"] + text)
+            if ended:
                 row["output"] += text
                 if st.first_between(text, *st.R1_ANSWER) is not None:
                     row["stop_reason"] = "answer"
                 else:
                     row["stop_reason"] = "length" if record["finish_reason"] == "length" else "no-answer"
                 return
-            reason = self._refuse(row, query, last_query)
+            reason = self._refuse(row, query, last_query) if self.config.stop_on_repeat else (
+                "search-limit" if query and len(row["searches"]) >= int(self.config.max_searches) else None)
             if reason is not None:
                 row["output"] += text
                 row["stop_reason"] = reason
                 return
-            hits = await self.search(query)
-            passages = st.r1_passages([search_r1_contents(did, self.searcher.documents[did]) for did, _ in hits])
-            row["searches"].append(_search_row(query, hits))
+            passages = ""
+            if query:  # infer.py:119: an empty query (or none) gets '' as its results
+                hits = await self.search(query.strip())
+                passages = st.r1_passages([search_r1_contents(did, self.searcher.documents[did]) for did, _ in hits])
+                row["searches"].append(_search_row(query.strip(), hits))
+            else:
+                row["turns"][-1]["note"] = "no search query: empty results"
             row["output"] += st.r1_information(text, passages)
             last_query = query
         row["stop_reason"] = "max-turns"
+
+    async def _r1_eval(self, row: dict[str, Any]) -> None:
+        """Search-R1's evaluation loop (generation.py ``run_llm_loop``): each response cut after its first
+        ``</search>`` (else ``</answer>``); its first search/answer pair is its action; an answer ends the query, a
+        search appends the stripped passages as an observation, anything else the "invalid action" message; every
+        observation is cut to its first ``max_obs_tokens`` tokens and each prompt is the last
+        ``max_context_tokens`` tokens of prompt + responses + observations; after ``max_turns`` turns a final one
+        runs without search."""
+        proto = self.protocol
+        max_obs, max_ctx = proto.max_obs_tokens, proto.max_context_tokens
+        ids = list(await self.encode(row["prompt"]))
+        response_ids: list[int] = []  # the responses and observations, as Search-R1 scores them
+        last_query = None
+        turns = int(self.config.max_turns) + (1 if proto.final_turn else 0)
+        for step in range(turns):
+            final = proto.final_turn and step == turns - 1
+            prompt = row["prompt"] + row["output"]
+            if max_ctx is not None and len(ids) > max_ctx:  # generation.py:107-112, new_input_ids[:, -max_len:]
+                prompt = await self.decode(ids[-max_ctx:])
+            text, record, _ = await self._turn(row, prompt)
+            turn = row["turns"][-1]
+            turn["context_tokens"] = len(ids)
+            if max_ctx is not None and len(ids) > max_ctx:
+                turn["context_cut"] = len(ids) - max_ctx
+            response = st.r1_eval_response(text)
+            if response != text:
+                turn["text"], turn["dropped"] = response, text[len(response):]
+            action, content = st.r1_eval_action(response)
+            new = list(await self.encode(response))
+            if action == "answer" or final:
+                row["output"] += response
+                response_ids += new
+                row["stop_reason"] = "answer" if action == "answer" else "max-turns"
+                break
+            reason = None
+            if self.config.stop_on_repeat:
+                if record["finish_reason"] == "length" and action is None:
+                    reason = "length"
+                elif action == "search":
+                    reason = self._refuse(row, content, last_query)
+            elif action == "search" and len(row["searches"]) >= int(self.config.max_searches):
+                reason = "search-limit"
+            if reason is not None:
+                row["output"] += response
+                response_ids += new
+                row["stop_reason"] = reason
+                break
+            if action == "search":
+                passages = ""
+                if content:  # an empty query searches nothing (a retriever has no results for it)
+                    hits = await self.search(content)
+                    passages = st.r1_passages([search_r1_contents(did, self.searcher.documents[did])
+                                               for did, _ in hits])
+                    row["searches"].append(_search_row(content, hits))
+                observation = st.R1_EVAL_OBSERVATION.format(search_results=passages.strip())
+                last_query = content
+            else:
+                observation = st.R1_INVALID
+                turn["note"] = "invalid action"
+            obs = list(await self.encode(observation))
+            if max_obs is not None and len(obs) > max_obs:  # generation.py:87-89, the first max_obs_length tokens
+                turn["observation_cut"] = len(obs) - max_obs
+                obs = obs[:max_obs]
+                observation = await self.decode(obs)
+            row["output"] += response + observation
+            ids += new + obs
+            response_ids += new + obs
+        if max_ctx is not None and len(response_ids) > max_ctx:  # the scored responses: their first max_len tokens
+            row["scored_output"] = await self.decode(response_ids[:max_ctx])
+
+    async def encode(self, text: str) -> list[int]:
+        if text not in self.token_cache:
+            loop = asyncio.get_running_loop()
+            self.token_cache[text] = await loop.run_in_executor(self.token_executor, self.tokens.encode, text)
+        return self.token_cache[text]
+
+    async def decode(self, ids: list[int]) -> str:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.token_executor, self.tokens.decode, ids)
 
     def _refuse(self, row: dict[str, Any], query: str, last_query: str | None) -> str | None:
         if not query:
@@ -263,6 +360,10 @@ class _Engine:
         row["stop_reason"] = "max-turns"
 
 
+    #: a protocol's loop (``Protocol.loop``) -> the method that runs it
+    loops: ClassVar[dict[str, Any]] = {"r1-eval": _r1_eval, "r1-infer": _r1_infer, "o1": _o1}
+
+
 def _search_row(query: str, hits: list[tuple[str, float]]) -> dict[str, Any]:
     return {"query": query, "ids": [did for did, _ in hits], "scores": [score for _, score in hits]}
 
@@ -276,10 +377,12 @@ def run_agent(
     client: Any = None,
     top_k: int = 100,
     progress: bool = True,
+    tokens: Any = None,
 ) -> AgentReport:
     """Run the agent on every query of ``dataset``; write the expansion file, the trajectories and the summary.
 
-    ``client`` defaults to a ``ChatClient`` for the config (``max_requests`` as its budget). Returns the report,
+    ``client`` defaults to a ``ChatClient`` for the config (``max_requests`` as its budget); ``tokens`` (a
+    protocol that cuts in tokens) to the model's tokenizer (``r2med.agent.tokens.token_counter``). Returns the report,
     whose ``run`` is the agent's ranking (``top_k`` per query) and ``failures`` the queries whose requests failed
     (left out of the expansion file; a rerun retries only them). A fatal provider error (bad key, no server) or
     a spent budget stops new requests; what finished is written before it is raised.
@@ -288,14 +391,25 @@ def run_agent(
     from r2med.llm.client import Budget
 
     start = time.perf_counter()
+    named = config.chat_template
     config = config.resolved()
+    if progress:
+        import sys
+
+        how = "given" if named else "from the model name"
+        print(f"{dataset.name}: protocol {config.protocol}, template: {config.chat_template} ({how})", file=sys.stderr)
     out_dir = Path(out_dir)
-    report = AgentReport(dataset.name, config.style, config.name, queries=len(dataset.queries))
+    report = AgentReport(dataset.name, config.style, config.name, queries=len(dataset.queries),
+                         protocol=str(config.protocol))
     report.paths = {"cache": out_dir / CACHE_FILE, "expansions": out_dir / EXPANSION_FILE,
                     "trajectories": out_dir / TRAJECTORIES_FILE, "summary": out_dir / SUMMARY_FILE}
     client = client or config.client(str(config.base_url), budget=Budget(max_requests=config.max_requests))
     cache = ResponseCache(report.paths["cache"])
-    engine = _Engine(config, searcher, client, cache, report)
+    if tokens is None and config.protocol_row.needs_tokens:
+        from r2med.agent.tokens import token_counter
+
+        tokens = token_counter(config.llm_model, str(config.base_url), api_key=config.api_key())
+    engine = _Engine(config, searcher, client, cache, report, tokens)
     bar = progress_bar(len(dataset.queries), desc=f"{dataset.name}: {config.style} {config.name}", unit="query",
                        enabled=progress)
 
@@ -323,6 +437,7 @@ def run_agent(
         bar.close()
         cache.close()
         engine.executor.shutdown(wait=True)
+        engine.token_executor.shutdown(wait=True)
     report.trajectories = rows
     report.run = agent_ranking(rows, top_k=top_k, name=f"{config.style}-{config.name}")
     written = expansion_rows(dataset, config, rows, report)

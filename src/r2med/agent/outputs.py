@@ -6,6 +6,7 @@ output folder are here too.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -31,6 +32,7 @@ class AgentReport:
     dataset: str
     style: str
     llm: str
+    protocol: str = ""
     queries: int = 0
     written: int = 0
     llm_calls: int = 0
@@ -59,29 +61,49 @@ class AgentReport:
         return out
 
 
-def answer_of(style: str, trajectory: dict[str, Any], *, thinking_template: bool) -> str | None:
-    """The part of a trajectory that becomes ``hy_doc`` (None: the agent gave no answer).
+def _r1_eval_answer(trajectory: dict[str, Any]) -> str | None:
+    """qa_em.py ``extract_solution`` (73-82): the last ``<answer>`` pair, stripped, of the model's responses.
 
-    Search-R1: the text inside the first closed ``<answer>...</answer>`` of the model's turns (what r2med's
-    ``search-r1`` reasoning style takes from the published files). Search-o1: the model's final turn (the text
-    after its last search result) after its last ``</think>``, when the loop ended by the model stopping;
-    with a template that opens a thinking block (QwQ) a final turn that never closed it is no answer.
+    Adaptation: the authors search prompt + responses + observations and need two pairs, since their prompt
+    holds the example; but the instruction holds two pairs ("inside <answer> and </answer>", "<answer> Beijing
+    </answer>") and the invalid-action message one more, so a query that never answered would score "Beijing"
+    or "and". Here only the model's own turns count (None: it never answered)."""
+    found = re.findall(r"<answer>(.*?)</answer>", "".join(t["text"] for t in trajectory["turns"]), flags=re.DOTALL)
+    return found[-1].strip() if found else None
 
-    >>> answer_of("search-r1", {"stop_reason": "answer", "turns": [{"text": "<think>x</think><answer> B </answer>"}]},
-    ...           thinking_template=False)
+
+def _r1_first_answer(trajectory: dict[str, Any]) -> str | None:
+    """R2MED's cut for its Search-R1 LLMs (``src/base.py`` ``split_response_for_r1``, qwen-*-ins): the first
+    ``<answer>`` pair of the output, stripped (its "else the whole text" is ``--answer-policy authors``)."""
+    return st.first_between(trajectory["output"], *st.R1_ANSWER)
+
+
+def _o1_answer(trajectory: dict[str, Any]) -> str | None:
+    """R2MED's cut for its thinking LLMs (``src/base.py`` ``split_response_for_r1``, qwq-32b, qwen3-32b) on
+    Search-o1's output, which run_search_o1.py keeps whatever ended the loop (the turn limit included): the
+    text after the first ``</think>``, stripped, else the whole output."""
+    output = trajectory["output"]
+    return (output.split("</think>", 1)[1] if "</think>" in output else output).strip() or None
+
+
+#: a protocol's answer rule (``Protocol.answer_rule``) -> the text of a trajectory that becomes ``hy_doc``
+ANSWER_RULES = {"r1-eval": _r1_eval_answer, "r1-first": _r1_first_answer, "o1": _o1_answer}
+
+
+def answer_of(rule: str, trajectory: dict[str, Any]) -> str | None:
+    """The part of a trajectory that becomes ``hy_doc`` under answer rule ``rule`` (None: no answer; a failed
+    query has none).
+
+    >>> answer_of("r1-first", {"stop_reason": "answer", "output": "<think>x</think><answer> B </answer>"})
     'B'
-    >>> answer_of("search-o1", {"stop_reason": "answer", "turns": [{"text": "hm</think>\\n\\nAspirin."}]},
-    ...           thinking_template=True)
+    >>> answer_of("o1", {"stop_reason": "max-turns", "output": "hm</think>\\n\\nAspirin."})
     'Aspirin.'
+    >>> answer_of("r1-eval", {"stop_reason": "answer", "turns": [{"text": "<answer>A</answer><answer>B</answer>"}]})
+    'B'
     """
-    if trajectory["stop_reason"] != "answer" or not trajectory["turns"]:
+    if trajectory["stop_reason"] in ("error", "budget") or not trajectory.get("turns", True):
         return None
-    last = trajectory["turns"][-1]["text"]
-    if style == "search-r1":
-        return st.first_between(last, *st.R1_ANSWER)
-    if "</think>" in last:
-        return last.rsplit("</think>", 1)[1].strip()
-    return None if thinking_template else last.strip()
+    return ANSWER_RULES[rule](trajectory)
 
 
 def agent_ranking(trajectories: list[dict[str, Any]], *, top_k: int = 100, name: str = "agent") -> Run:

@@ -41,6 +41,51 @@ R1_PROMPT = (
 R1_SEARCH_TEMPLATE = "\n\n{output_text}<information>{search_results}</information>\n\n"
 
 
+#: generation.py:391 (Search-R1's evaluation loop): the observation after a search, the passages stripped
+R1_EVAL_OBSERVATION = "\n\n<information>{search_results}</information>\n\n"
+#: generation.py:396-398: the observation after a turn with neither a search nor an answer (the source continues
+#: its lines with backslashes: one line)
+R1_INVALID = (
+    "\nMy previous action is invalid. "
+    "If I want to search, I should put the query between <search> and </search>. "
+    "If I want to give the final answer, I should put the answer between <answer> and </answer>. Let me try again.\n"
+)
+
+
+def r1_eval_response(text: str) -> str:
+    """generation.py:61-66: a response cut after its first ``</search>``, else after its first ``</answer>``.
+
+    >>> r1_eval_response("<answer> A </answer> more <search> q </search> x"), r1_eval_response("<answer>B</answer>z")
+    ('<answer> A </answer> more <search> q </search>', '<answer>B</answer>')
+    """
+    if "</search>" in text:
+        return text.split("</search>")[0] + "</search>"
+    if "</answer>" in text:
+        return text.split("</answer>")[0] + "</answer>"
+    return text
+
+
+def r1_eval_action(response: str) -> tuple[str | None, str]:
+    """generation.py:422-429: the first ``<search>...</search>`` or ``<answer>...</answer>`` pair's tag and its
+    stripped content; ``(None, "")`` for an invalid action.
+
+    >>> r1_eval_action("<think>x</think><search> a b </search>"), r1_eval_action("no tags")
+    (('search', 'a b'), (None, ''))
+    """
+    match = re.search(r"<(search|answer)>(.*?)</\1>", response, re.DOTALL)
+    return (match.group(1), match.group(2).strip()) if match else (None, "")
+
+
+def r1_infer_query(text: str) -> str | None:
+    """infer.py:52-59 ``get_query``: the last ``<search>...</search>`` of the whole text, not stripped (None: none).
+
+    >>> r1_infer_query("<search> query </search> ... <search> b </search>")
+    ' b '
+    """
+    found = re.findall(r"<search>(.*?)</search>", text, flags=re.DOTALL)
+    return found[-1] if found else None
+
+
 def r1_prompt(question: str) -> str:
     """infer.py's user turn: the question stripped, with a "?" added when it does not end with one."""
     question = question.strip()

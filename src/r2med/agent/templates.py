@@ -10,6 +10,8 @@ server's tokenizer (vLLM and llama.cpp add it as the model asks).
 '<|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\n'
 >>> template_for_model("Qwen/QwQ-32B"), template_for_model("PeterJinGo/SearchR1-nq_hotpotqa_train-qwen2.5-7b-it-em-ppo")
 ('qwq', 'qwen2.5')
+>>> template_for_model("PeterJinGo/SearchR1-nq_hotpotqa_train-llama3.2-3b-em-ppo"), template_for_model("Qwen/QwQ-32B-Preview")
+('llama3', None)
 """
 
 from __future__ import annotations
@@ -52,12 +54,15 @@ TEMPLATES: Mapping[str, ChatTemplate] = MappingProxyType({t.name: t for t in (
 )})
 
 #: model name pattern -> template, first match wins
-_BY_NAME: tuple[tuple[re.Pattern[str], str], ...] = (
+#: Llama 3 before the Search-R1 names (its Llama-3.2 checkpoints, ``...-llama3.2-3b-em-ppo``, are Llama 3 models);
+#: QwQ-32B-Preview matches nothing (its template is not QwQ-32B's, which opens a thinking block): pass one
+_BY_NAME: tuple[tuple[re.Pattern[str], str | None], ...] = (
+    (re.compile(r"qwq.*preview", re.IGNORECASE), None),
     (re.compile(r"qwq", re.IGNORECASE), "qwq"),
+    (re.compile(r"llama[-_]?3", re.IGNORECASE), "llama3"),
     (re.compile(r"qwen[-_]?2\.5|searchr1|search-r1", re.IGNORECASE), "qwen2.5"),
     (re.compile(r"qwen", re.IGNORECASE), "chatml"),
     (re.compile(r"gemma", re.IGNORECASE), "gemma"),
-    (re.compile(r"llama[-_]?3", re.IGNORECASE), "llama3"),
 )
 
 
@@ -67,7 +72,7 @@ def templates() -> Registry[ChatTemplate]:
 
 def template_for_model(model: str) -> str | None:
     """The template a model id or path names (``None``: not recognised; pass ``--chat-template``)."""
-    return next((name for pattern, name in _BY_NAME if pattern.search(model)), None)
+    return next((name for pattern, name in _BY_NAME if pattern.search(model)), None)  # first match, None included
 
 
 def wrap(name: str, text: str) -> str:

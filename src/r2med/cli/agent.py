@@ -22,7 +22,7 @@ def flag_sets() -> list:
     from r2med.options import Flags
     from r2med.retrievers.dense.options import DenseOptions
 
-    return [Flags(AgentConfig, required=("style", "llm_model", "base_url"), title="agent"),
+    return [Flags(AgentConfig, required=("llm_model", "base_url"), title="agent"),
             Flags(DenseOptions, skip=("query_instruction", "doc_instruction"), title="dense search")]
 
 
@@ -59,7 +59,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
         agent = result.details.get("agent")
         if agent:
             reasons = ", ".join(f"{k} {v}" for k, v in agent["stop_reasons"].items())
-            print(f"{result.dataset}: {agent['searches']} searches, {agent['llm_calls']} LLM calls "
+            print(f"{result.dataset}: protocol {agent.get('protocol')}, {agent['searches']} searches, {agent['llm_calls']} LLM calls "
                   f"({agent['cached_calls']} from the cache); stop reasons: {reasons}", file=sys.stderr)
     if not args.quiet:
         from r2med.store.expansions import EXPANSION_FILE, expansion_dir

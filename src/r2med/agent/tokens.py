@@ -1,0 +1,109 @@
+"""The model's tokens, for protocols that cut observations and context in tokens (``search-r1-eval``).
+
+``token_counter(model, base_url)`` finds the model's tokenizer: a local one when ``model`` is a directory or is in
+the Hugging Face cache (``transformers``), else the server's (``POST /tokenize`` and ``/detokenize`` at the
+server's root, as vLLM and llama.cpp serve them). Both encode without special tokens (as Search-R1's
+``tokenizer(..., add_special_tokens=False)``) and decode keeping them (the chat template's tokens are text).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Protocol
+
+from r2med.errors import MissingResourceError, ProviderError
+
+logger = logging.getLogger(__name__)
+
+
+class TokenCounter(Protocol):
+    source: str
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: list[int]) -> str: ...
+
+
+class LocalTokenizer:
+    """A ``transformers`` tokenizer (or anything with ``encode(text, add_special_tokens=...)`` and ``decode``)."""
+
+    def __init__(self, tokenizer: Any, source: str) -> None:
+        self.tokenizer = tokenizer
+        self.source = source
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def decode(self, ids: list[int]) -> str:
+        return str(self.tokenizer.decode(list(ids), skip_special_tokens=False))
+
+
+def server_root(base_url: str) -> str:
+    """The server's root, where vLLM and llama.cpp serve ``/tokenize``.
+
+    >>> server_root("http://h:8000/v1/"), server_root("http://h:8080")
+    ('http://h:8000', 'http://h:8080')
+    """
+    return base_url.rstrip("/").removesuffix("/v1")
+
+
+class ServerTokenizer:
+    """The server's tokenizer: ``POST /tokenize`` (vLLM ``{"model", "prompt", "add_special_tokens"}`` -> ``tokens``;
+    llama.cpp ``{"content", "add_special"}`` -> ``tokens``) and ``POST /detokenize`` (``{"model", "tokens"}`` ->
+    vLLM ``prompt``, llama.cpp ``content``). One body carries both servers' field names."""
+
+    def __init__(self, base_url: str, model: str, *, timeout: float = 60.0, api_key: str | None = None) -> None:
+        self.root = server_root(base_url)
+        self.model = model
+        self.source = f"the server's /tokenize ({self.root})"
+        self.timeout = timeout
+        self.headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {api_key}"} if api_key else {})}
+
+    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        import json
+        import urllib.error
+        import urllib.request
+
+        url = self.root + path
+        request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=self.headers, method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                return json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                raise MissingResourceError(
+                    f"{url}: 404; the protocol cuts in the model's tokens and this server has no {path} (vLLM and "
+                    "llama.cpp have one): pass a local model directory (or a model in the Hugging Face cache) as "
+                    "--llm-model, or use --protocol search-r1-infer") from exc
+            raise ProviderError(f"POST {url} failed with HTTP {exc.code}: {exc.read()[:200]!r}") from exc
+        except (urllib.error.URLError, OSError) as exc:
+            raise MissingResourceError(f"cannot reach {url}: {exc}; start the server first") from exc
+
+    def encode(self, text: str) -> list[int]:
+        found = self._post("/tokenize", {"model": self.model, "prompt": text, "content": text,
+                                         "add_special_tokens": False, "add_special": False})
+        tokens = found["tokens"]
+        return [t if isinstance(t, int) else int(t["id"]) for t in tokens]
+
+    def decode(self, ids: list[int]) -> str:
+        found = self._post("/detokenize", {"model": self.model, "tokens": list(ids)})
+        return str(found["prompt"] if "prompt" in found else found["content"])
+
+
+def local_tokenizer(model: str) -> LocalTokenizer | None:
+    """The model's own tokenizer when it is a local directory or in the Hugging Face cache (None otherwise)."""
+    from r2med.hf import in_hf_cache, is_local
+
+    try:
+        if not (is_local(model) or ("/" in model and in_hf_cache(model))):
+            return None
+        from transformers import AutoTokenizer
+
+        return LocalTokenizer(AutoTokenizer.from_pretrained(model, local_files_only=True), f"{model} (local)")
+    except Exception as exc:  # noqa: BLE001 - no tokenizer files, transformers missing: the server's tokenizer is the fallback
+        logger.debug("no local tokenizer for %s: %s", model, exc)
+        return None
+
+
+def token_counter(model: str, base_url: str, *, api_key: str | None = None) -> TokenCounter:
+    return local_tokenizer(model) or ServerTokenizer(base_url, model, api_key=api_key)
