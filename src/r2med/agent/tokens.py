@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Protocol
 
-from r2med.errors import MissingResourceError, ProviderError
+from r2med.errors import MissingResourceError
 
 logger = logging.getLogger(__name__)
 
@@ -53,31 +53,27 @@ class ServerTokenizer:
     vLLM ``prompt``, llama.cpp ``content``). One body carries both servers' field names."""
 
     def __init__(self, base_url: str, model: str, *, timeout: float = 60.0, api_key: str | None = None) -> None:
+        from r2med.http import JsonClient, RetryPolicy, Secret
+
         self.root = server_root(base_url)
         self.model = model
         self.source = f"the server's /tokenize ({self.root})"
-        self.timeout = timeout
-        self.headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {api_key}"} if api_key else {})}
+        # r2med's one HTTP stack: its deadline per attempt, retries and redaction
+        self._http = JsonClient(self.root, label="tokenize", secret=Secret(api_key), timeout=timeout,
+                                policy=RetryPolicy(max_retries=2))
 
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        import json
-        import urllib.error
-        import urllib.request
+        from r2med.http import FatalProviderError
 
-        url = self.root + path
-        request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=self.headers, method="POST")
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                return json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            if exc.code == 404:
-                raise MissingResourceError(
-                    f"{url}: 404; the protocol cuts in the model's tokens and this server has no {path} (vLLM and "
-                    "llama.cpp have one): pass a local model directory (or a model in the Hugging Face cache) as "
-                    "--llm-model, or use --protocol search-r1-infer") from exc
-            raise ProviderError(f"POST {url} failed with HTTP {exc.code}: {exc.read()[:200]!r}") from exc
-        except (urllib.error.URLError, OSError) as exc:
-            raise MissingResourceError(f"cannot reach {url}: {exc}; start the server first") from exc
+            return self._http.post(path, body)
+        except FatalProviderError as exc:
+            if "404" not in str(exc):
+                raise
+            raise MissingResourceError(
+                f"{self.root}{path}: 404; the protocol cuts in the model's tokens and this server has no {path} (vLLM "
+                "and llama.cpp have one): pass a local model directory (or a model in the Hugging Face cache) as "
+                "--llm-model, or use --protocol search-r1-infer") from None
 
     def encode(self, text: str) -> list[int]:
         found = self._post("/tokenize", {"model": self.model, "prompt": text, "content": text,
