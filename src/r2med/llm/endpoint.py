@@ -34,7 +34,8 @@ class LLMOptions:
                                   "$OPENAI_BASE_URL)", metavar="URL", keyed=False)
     api_key_env: str | None = option(None, "environment variable holding the API key (default OPENAI_API_KEY; local "
                                      "servers need none)", metavar="NAME", keyed=False)
-    timeout: float = option(300.0, "seconds per request attempt", minimum=0.001, keyed=False)
+    timeout: float = option(300.0, "deadline of each request attempt in seconds: connecting, sending and the whole "
+                            "answer", minimum=0.001, keyed=False)
     max_retries: int = option(5, "retries per request", minimum=0, keyed=False)
     concurrency: int = option(8, "requests in flight at once", minimum=1, keyed=False)
     max_requests: int | None = option(None, "budget: HTTP requests for the whole run (retries included); when spent, "
