@@ -30,6 +30,10 @@ def _prompt(body: dict[str, Any]) -> str:
 
 def _answer(path: str, body: dict[str, Any], content: str) -> dict[str, Any]:
     usage = {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
+    if path.endswith("/tokenize"):  # one token per character, as llama.cpp's and vLLM's /tokenize answer
+        return {"tokens": [ord(c) for c in str(body.get("content", ""))]}
+    if path.endswith("/detokenize"):
+        return {"content": "".join(chr(t) for t in body.get("tokens", []))}
     if path.endswith("/embeddings"):
         inputs = body.get("input") or []
         inputs = [inputs] if isinstance(inputs, str) else inputs

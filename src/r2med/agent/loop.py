@@ -408,7 +408,8 @@ def run_agent(
     if tokens is None and config.protocol_row.needs_tokens:
         from r2med.agent.tokens import token_counter
 
-        tokens = token_counter(config.llm_model, str(config.base_url), api_key=config.api_key())
+        tokens = token_counter(config.llm_model, str(config.base_url), api_key=config.api_key(),
+                               timeout=config.timeout, max_retries=config.max_retries)
     engine = _Engine(config, searcher, client, cache, report, tokens)
     bar = progress_bar(len(dataset.queries), desc=f"{dataset.name}: {config.style} {config.name}", unit="query",
                        enabled=progress)

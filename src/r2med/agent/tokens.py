@@ -52,7 +52,8 @@ class ServerTokenizer:
     llama.cpp ``{"content", "add_special"}`` -> ``tokens``) and ``POST /detokenize`` (``{"model", "tokens"}`` ->
     vLLM ``prompt``, llama.cpp ``content``). One body carries both servers' field names."""
 
-    def __init__(self, base_url: str, model: str, *, timeout: float = 60.0, api_key: str | None = None) -> None:
+    def __init__(self, base_url: str, model: str, *, timeout: float = 60.0, max_retries: int = 2,
+                 api_key: str | None = None) -> None:
         from r2med.http import JsonClient, RetryPolicy, Secret
 
         self.root = server_root(base_url)
@@ -60,13 +61,13 @@ class ServerTokenizer:
         self.source = f"the server's /tokenize ({self.root})"
         # r2med's one HTTP stack: its deadline per attempt, retries and redaction
         self._http = JsonClient(self.root, label="tokenize", secret=Secret(api_key), timeout=timeout,
-                                policy=RetryPolicy(max_retries=2))
+                                policy=RetryPolicy(max_retries=max_retries))
 
-    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    def _post(self, path: str, body: dict[str, Any], parse: Any) -> Any:
         from r2med.http import FatalProviderError
 
         try:
-            return self._http.post(path, body)
+            return self._http.post(path, body, parse=parse)
         except FatalProviderError as exc:
             if "404" not in str(exc):
                 raise
@@ -76,14 +77,31 @@ class ServerTokenizer:
                 "--llm-model, or use --protocol search-r1-infer") from None
 
     def encode(self, text: str) -> list[int]:
-        found = self._post("/tokenize", {"model": self.model, "prompt": text, "content": text,
-                                         "add_special_tokens": False, "add_special": False})
-        tokens = found["tokens"]
-        return [t if isinstance(t, int) else int(t["id"]) for t in tokens]
+        return self._post("/tokenize", {"model": self.model, "prompt": text, "content": text,
+                                        "add_special_tokens": False, "add_special": False}, _token_ids)
 
     def decode(self, ids: list[int]) -> str:
-        found = self._post("/detokenize", {"model": self.model, "tokens": list(ids)})
-        return str(found["prompt"] if "prompt" in found else found["content"])
+        return self._post("/detokenize", {"model": self.model, "tokens": list(ids)}, _detokenized)
+
+
+def _token_ids(answer: dict[str, Any], attempts: int) -> list[int]:
+    """vLLM's ``tokens`` (ids) or llama.cpp's (ids, or ``{"id": ...}`` pieces); ``BadAnswer`` (retried) otherwise."""
+    from r2med.http import BadAnswer
+
+    tokens = answer.get("tokens")
+    ids = [t.get("id") if isinstance(t, dict) else t for t in tokens] if isinstance(tokens, list) else None
+    if ids is None or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        raise BadAnswer("the /tokenize answer has no list of token ids ('tokens')")
+    return ids
+
+
+def _detokenized(answer: dict[str, Any], attempts: int) -> str:
+    from r2med.http import BadAnswer
+
+    text = answer.get("prompt", answer.get("content"))
+    if not isinstance(text, str):
+        raise BadAnswer("the /detokenize answer has no text ('prompt' or 'content')")
+    return text
 
 
 def local_tokenizer(model: str) -> LocalTokenizer | None:
@@ -101,5 +119,8 @@ def local_tokenizer(model: str) -> LocalTokenizer | None:
         return None
 
 
-def token_counter(model: str, base_url: str, *, api_key: str | None = None) -> TokenCounter:
-    return local_tokenizer(model) or ServerTokenizer(base_url, model, api_key=api_key)
+def token_counter(model: str, base_url: str, *, api_key: str | None = None, timeout: float = 60.0,
+                  max_retries: int = 2) -> TokenCounter:
+    """The model's local tokenizer, else the server's (with the agent's --timeout and --max-retries)."""
+    return local_tokenizer(model) or ServerTokenizer(base_url, model, api_key=api_key, timeout=timeout,
+                                                     max_retries=max_retries)
