@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from r2med.errors import InvalidInputError, MissingResourceError
+from r2med.io.jsonsafe import JSONLimitError, loads
 from r2med.manifest import MANIFEST_SUFFIX
 from r2med.reporting.columns import choose_datasets, dataset_of
 from r2med.reporting.official import PublishedSystem, is_published, normalise_metric, normalise_metrics, published
@@ -75,10 +76,20 @@ class SystemSource:
         path = self._files(RESULT_SUFFIX).get(dataset)
         if path is None:
             return None
-        record = read_result_file(path, lambda p: json.loads(p.read_text(encoding="utf-8")))
+        record = read_result_file(path, _read_record)
         if not isinstance(record, dict) or not isinstance(record.get("test"), dict):  # another JSON file: no result
             return None
         return normalise_metrics(record["test"]).get(key)
+
+
+def _read_record(path: Path) -> object:
+    """A result JSON; past Python's limits (a 5,001-digit number, 100,000 levels) it is invalid input (exit 5)."""
+    try:
+        return loads(path.read_text(encoding="utf-8"))
+    except JSONLimitError as exc:
+        raise InvalidInputError(f"{path}: {exc}; fix or remove the file") from None
+    except json.JSONDecodeError as exc:
+        raise InvalidInputError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg}); fix or remove the file") from None
 
 
 def read_per_query(path: Path, metric: str) -> dict[str, float]:
@@ -96,9 +107,12 @@ def _read_per_query(path: Path, metric: str) -> dict[str, float]:
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
+                row = loads(line)
             except json.JSONDecodeError as exc:
                 problems.append(f"{path}:{number}: not valid JSON ({exc.msg})")
+                continue
+            except JSONLimitError as exc:
+                problems.append(f"{path}:{number}: {exc}")
                 continue
             metrics = normalise_metrics(row) if isinstance(row, dict) else {}
             qid = row.get("qid") if isinstance(row, dict) else None

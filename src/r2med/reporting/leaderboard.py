@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -40,6 +41,7 @@ from pathlib import Path
 
 from r2med.datasets.catalog import dataset_names
 from r2med.errors import DamagedFileError, InvalidInputError, MissingResourceError, UsageError
+from r2med.io.jsonsafe import JSONLimitError, loads
 from r2med.manifest import MANIFEST_SUFFIX
 from r2med.reporting.columns import Breakdown, average_label, choose_datasets, dataset_of
 from r2med.reporting.official import (
@@ -88,7 +90,11 @@ class SystemResults:
 
 
 def _read_json(path: Path):
-    return json.loads(path.read_text(encoding="utf-8"))
+    return loads(path.read_text(encoding="utf-8"))
+
+
+#: metrics that are fractions (every ranking measure r2med and the official files report)
+_FRACTION = re.compile(r"^(ndcg|map|mrr|precision|recall|success|hit)")
 
 
 def discover(root: Path) -> list[SystemResults]:
@@ -114,6 +120,9 @@ def discover(root: Path) -> list[SystemResults]:
         except json.JSONDecodeError as exc:
             problems.append(f"{path}:{exc.lineno}: not valid JSON ({exc.msg}); fix or remove the file")
             continue
+        except JSONLimitError as exc:
+            problems.append(f"{path}: {exc}; fix or remove the file")
+            continue
         except (OSError, UnicodeDecodeError) as exc:
             problems.append(f"{path}: cannot be read ({exc})")
             continue
@@ -128,6 +137,11 @@ def discover(root: Path) -> list[SystemResults]:
         bad = [k for k, v in metrics.items() if not math.isfinite(v)]
         if bad:
             problems.append(f"{path}: metric {bad[0]!r} is {metrics[bad[0]]}; a result must be a finite number")
+            continue
+        outside = [k for k, v in metrics.items() if _FRACTION.match(k) and not 0.0 <= v <= 1.0]
+        if outside:
+            problems.append(f"{path}: metric {outside[0]!r} is {metrics[outside[0]]}, outside [0, 1]; a ranking "
+                            "measure is a fraction (was the file written x100?)")
             continue
         system = system_path(path.parent, root)
         seen = found.setdefault(system, {})

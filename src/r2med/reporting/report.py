@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from r2med.errors import InvalidInputError, MissingResourceError, R2MedError, UsageError
+from r2med.io.jsonsafe import JSONLimitError, loads
 from r2med.reporting.breakdown import by_body_system, by_task, dataset_dir, task_members
 from r2med.reporting.compare import SystemSource, compare_systems, comparison_rows
 from r2med.reporting.leaderboard import Row, SystemResults, board, discover, legend_text, paper_results, rows_of
@@ -81,9 +82,12 @@ def _read_rows(path: Path, what: str, pick: Callable[[Any], tuple[str, Any] | No
         if not line.strip():
             continue
         try:
-            picked = pick(json.loads(line))
+            picked = pick(loads(line))
         except json.JSONDecodeError as exc:
             problems.append(f"{path}:{number}: not valid JSON ({exc.msg})")
+            continue
+        except JSONLimitError as exc:
+            problems.append(f"{path}:{number}: {exc}")
             continue
         if picked is None:
             problems.append(f"{path}:{number}: expected {expected}")
