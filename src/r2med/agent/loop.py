@@ -393,11 +393,9 @@ def run_agent(
     start = time.perf_counter()
     named = config.chat_template
     config = config.resolved()
-    if progress:
-        import sys
-
-        how = "given" if named else "from the model name"
-        print(f"{dataset.name}: protocol {config.protocol}, template: {config.chat_template} ({how})", file=sys.stderr)
+    # shown with -v (the CLI keeps a failure one line: nothing is printed before the work); the count line names the protocol
+    logger.info("%s: protocol %s, template: %s (%s)", dataset.name, config.protocol, config.chat_template,
+                "given" if named else "from the model name")
     out_dir = Path(out_dir)
     report = AgentReport(dataset.name, config.style, config.name, queries=len(dataset.queries),
                          protocol=str(config.protocol))
