@@ -22,6 +22,7 @@ STOP_REASONS = {
     "repeated-search": "Search-R1 asked the same search twice in a row (only with --stop-on-repeat)",
     "empty-search": "the model closed an empty search query (Search-R1: only with --stop-on-repeat)",
     "max-turns": "the turn limit was reached with the model still searching",
+    "context-full": "the prompt leaves no room in the server's context (the output so far is kept)",
     "budget": "the request or token budget ran out",
     "error": "a request failed after its retries (the query is not written; rerun to retry it)",
 }
@@ -58,6 +59,10 @@ class AgentConfig(LLMOptions):
     top_p: float | None = redefault(LLMOptions, "top_p", None, note="default: the protocol's: "
                                     "search-r1-eval 1, search-o1 0.8, search-r1-infer the server's")
     concurrency: int = redefault(LLMOptions, "concurrency", 16)
+    context_length: int | None = option(None, "tokens per request (prompt + completion) the server takes; default: "
+                                        "learned from the server (vLLM's /v1/models max_model_len, llama.cpp's /props "
+                                        "context per slot); max-tokens is clamped to what is left and a query whose "
+                                        "prompt fills it ends context-full", minimum=1, keyed=False)
     policy: str = option("fallback", "a query the agent did not answer: fallback = the plain question as hy_doc, "
                          "authors = the whole output, error = leave it out (a failed query)", choices=POLICIES,
                          flag="--answer-policy", aliases=("answer_policy",))
