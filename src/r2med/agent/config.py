@@ -7,7 +7,7 @@ from typing import Any
 
 from r2med.agent import protocols as pr
 from r2med.agent import styles as st
-from r2med.agent.templates import template_for_model, templates
+from r2med.agent.templates import MODEL_TEMPLATE, resolve_template, templates
 from r2med.errors import UsageError
 from r2med.llm.endpoint import LLMOptions
 from r2med.llm.reasoning import POLICIES
@@ -43,7 +43,9 @@ class AgentConfig(LLMOptions):
                                   choices=lambda: tuple(pr.PROTOCOLS))
     stop_on_repeat: bool = option(False, "Search-R1: also end a query on a repeated or empty search query or a "
                                   "turn cut by max-tokens (stops the authors' loops do not have)")
-    chat_template: str | None = option(None, "how the user turn is wrapped (default: from the model name)",
+    chat_template: str | None = option(None, "how the user turn is wrapped: a template of r2med's table (default: the "
+                                       "model's own chat_template when its tokenizer_config.json is local or in the "
+                                       "Hugging Face cache, else the table's by the model name)",
                                        choices=lambda: tuple(templates().names()))
     search_top_k: int | None = option(None, "documents per search (default: the protocol's: Search-R1 3, "
                                       "Search-o1 10)", minimum=1)
@@ -90,7 +92,7 @@ class AgentConfig(LLMOptions):
                 raise UsageError(f"{name.replace('_', '-')} must be at least 1, got {value}")
         if self.max_searches is not None and self.max_searches < 0:
             raise UsageError(f"max-searches must be at least 0, got {self.max_searches}")
-        if self.chat_template is not None:
+        if self.chat_template is not None and not self.chat_template.startswith(MODEL_TEMPLATE):
             templates().get(self.chat_template)
 
     @property
@@ -103,11 +105,13 @@ class AgentConfig(LLMOptions):
         return pr.protocol(self.protocol or pr.default_protocol(st.agent_style(self.style).name))
 
     def resolved(self) -> AgentConfig:
-        """Every ``None`` replaced by the protocol's value (the authors'); the chat template from the model's name
-        (UsageError when it names none: pass ``chat_template``)."""
+        """Every ``None`` replaced by the protocol's value (the authors'); the chat template: the model's own
+        (``model:<sha256>``), else the table's by the model's name (UsageError when it names none: pass
+        ``chat_template``)."""
         style = st.agent_style(self.style)
         d = self.protocol_row
-        template = self.chat_template or template_for_model(self.llm_model) or template_for_model(self.name)
+        found, _ = resolve_template(str(self.llm_model), self.chat_template, self.name)
+        template = None if found is None else found.name
         if template is None:
             raise UsageError(f"no chat template is known for {self.llm_model!r}; pass --chat-template "
                              f"({', '.join(templates().names())})")

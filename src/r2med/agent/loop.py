@@ -46,7 +46,7 @@ from r2med.agent.outputs import (
     expansion_rows,
 )
 from r2med.agent.search import CorpusSearcher, search_r1_contents
-from r2med.agent.templates import templates
+from r2med.agent.templates import resolve_template
 from r2med.datasets.model import Dataset
 from r2med.errors import MissingResourceError, ProviderError
 from r2med.http import safe_url
@@ -77,7 +77,8 @@ class _Engine:
     """One dataset's agent run: the client, the cache, the searcher, and the per-query loops."""
 
     def __init__(self, config: AgentConfig, searcher: CorpusSearcher, client: Any, cache: Any,
-                 report: AgentReport, tokens: Any = None, window: Any = None, counter: Any = None) -> None:
+                 report: AgentReport, tokens: Any = None, window: Any = None, counter: Any = None,
+                 template: tuple[Any, str] | None = None) -> None:
         self.config = config
         #: the context budget (``r2med.agent.context``): the server's context per request and what counts a prompt
         self.window = window
@@ -87,7 +88,8 @@ class _Engine:
         self.tokens = tokens
         self.token_cache: dict[str, list[int]] = {}
         self.token_executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="r2med-tokens")
-        self.template = templates().get(str(config.chat_template))
+        #: the template that wraps the prompts and how it was chosen (``templates.resolve_template``)
+        self.template, self.template_source = template or resolve_template(str(config.llm_model), config.chat_template)
         self.searcher = searcher
         self.client = client
         self.cache = cache
@@ -426,11 +428,8 @@ def run_agent(
     from r2med.llm.client import Budget
 
     start = time.perf_counter()
-    named = config.chat_template
+    template = resolve_template(str(config.llm_model), config.chat_template, config.name)
     config = config.resolved()
-    # shown with -v (the CLI keeps a failure one line: nothing is printed before the work); the count line names the protocol
-    logger.info("%s: protocol %s, template: %s (%s)", dataset.name, config.protocol, config.chat_template,
-                "given" if named else "from the model name")
     out_dir = Path(out_dir)
     report = AgentReport(dataset.name, config.style, config.name, queries=len(dataset.queries),
                          protocol=str(config.protocol))
@@ -455,7 +454,9 @@ def run_agent(
     else:
         logger.info("%s: the server's context length is unknown (pass --context-length): max-tokens is not clamped",
                     dataset.name)
-    engine = _Engine(config, searcher, client, cache, report, tokens, window, counter)
+    engine = _Engine(config, searcher, client, cache, report, tokens, window, counter, template)
+    # shown with -v (the CLI keeps a failure one line: nothing is printed before the work); the count line names the protocol
+    logger.info("%s: protocol %s, template: %s", dataset.name, config.protocol, engine.template_source)
     bar = progress_bar(len(dataset.queries), desc=f"{dataset.name}: {config.style} {config.name}", unit="query",
                        enabled=progress)
 
@@ -498,7 +499,8 @@ def run_agent(
     summary = {"report": report.as_dict(), "config": {**config.key(), "llm_name": config.name,
                                                      "base_url": safe_url(config.base_url)},
                "search": searcher.config(), "top_k": top_k, "r2med": __version__,
-               "context": {**window.as_dict(), "counted_by": counter.source} if window is not None else None}
+               "context": {**window.as_dict(), "counted_by": counter.source} if window is not None else None,
+               "template": engine.template_source}
     write_text_atomic(report.paths["summary"], json.dumps(summary, indent=2, ensure_ascii=False, default=str))
     if report.failures:
         logger.warning("%s: %d of %d queries failed and are not in %s (rerun to retry them); first: %s",
