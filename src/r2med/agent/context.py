@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from r2med.errors import ProviderError
+from r2med.errors import MissingResourceError, ProviderError
 
 logger = logging.getLogger(__name__)
 
@@ -81,9 +81,10 @@ def is_context_error(exc: BaseException) -> bool:
 
 
 def context_window(base_url: str, model: str, *, given: int | None = None, api_key: str | None = None,
-                   timeout: float = 60.0, max_retries: int = 2) -> ContextWindow | None:
+                   timeout: float = 60.0) -> ContextWindow | None:
     """The context of one request to ``model`` at ``base_url``: ``given`` (``--context-length``), else vLLM's or
-    llama.cpp's figure, else None. A server that cannot be reached raises (as its completions would)."""
+    llama.cpp's figure, else None. One attempt per path (a description, not the work): a server that does not
+    answer leaves the budget off, with a warning, and its completions get their retries and errors as always."""
     if given is not None:
         return ContextWindow(given, "--context-length")
     from r2med.agent.tokens import server_root
@@ -91,13 +92,17 @@ def context_window(base_url: str, model: str, *, given: int | None = None, api_k
 
     root = server_root(base_url)
     http = JsonClient(root, label=f"{model} (context length)", secret=Secret(api_key), timeout=timeout,
-                      policy=RetryPolicy(max_retries=max_retries))
+                      policy=RetryPolicy(max_retries=0))
 
     def ask(path: str) -> dict[str, Any] | None:
         try:
             return http.get(path)
-        except ProviderError as exc:  # 404 or another refusal: this server does not say
-            logger.debug("%s%s: %s", root, path, exc)
+        except (ProviderError, MissingResourceError) as exc:
+            # 404, 405, 501: this server does not say; unreachable: its completions will say so (one error line)
+            quiet = isinstance(exc, MissingResourceError) or re.search(r"HTTP (404|405|501)\b", str(exc))
+            (logger.debug if quiet else logger.warning)(
+                "%s%s: %s; the context budget is off unless the server's context is known otherwise (pass "
+                "--context-length)", root, path, exc)
             return None
 
     try:

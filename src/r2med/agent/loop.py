@@ -442,7 +442,8 @@ def run_agent(
         from r2med.agent.tokens import token_counter
 
         tokens = token_counter(config.llm_model, str(config.base_url), **http)
-    window = context_window(str(config.base_url), config.llm_model, given=config.context_length, **http)
+    window = context_window(str(config.base_url), config.llm_model, given=config.context_length,
+                            api_key=http["api_key"], timeout=config.timeout)
     counter = None
     if window is not None:
         from r2med.agent.tokens import prompt_counter

@@ -160,7 +160,7 @@ def _compiled(source: str) -> Any:
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     class Generation(Extension):  # {% generation %}...{% endgeneration %}: marks assistant text, renders it as is
-        tags = {"generation"}
+        tags = frozenset({"generation"})
 
         def parse(self, parser: Any) -> Any:
             lineno = next(parser.stream).lineno
