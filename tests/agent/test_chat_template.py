@@ -153,3 +153,25 @@ def test_without_jinja2_only_a_template_to_render_is_an_exit_3_error(tmp_path, m
         resolve_template(str(model), None)
     assert caught.value.exit_code == 3 and 'pip install "r2med[llm]"' in str(caught.value)
     assert "--chat-template NAME" in str(caught.value)
+
+
+def test_the_pipeline_says_how_the_template_was_found(tmp_path, isolated_home):
+    """The stage resolves its config before the run: the summary still tells a name's template from a given one."""
+    from conftest import DATA
+    from r2med.config import AgentSpec, PipelineSpec
+    from r2med.pipeline import run_pipeline
+
+    data = tmp_path / "data"
+    (data / "Biology").mkdir(parents=True)
+    for name in ("corpus.jsonl", "query.jsonl", "qrels.jsonl"):
+        (data / "Biology" / name).write_bytes((DATA / "tiny" / name).read_bytes())
+    llama = "PeterJinGo/SearchR1-nq_hotpotqa_train-llama3.2-3b-em-ppo"
+    found = {}
+    with CompletionServer() as server:
+        for llm, given in (("by-name", None), ("given", "llama3")):
+            config = AgentConfig(protocol="search-r1-infer", llm_model=llama, llm_name=llm, base_url=server.base_url,
+                                 chat_template=given)
+            run_pipeline(PipelineSpec(agent=AgentSpec(config), data_dir=data, output=tmp_path / "out"), progress=False)
+            (summary,) = isolated_home.rglob(f"{llm}/summary.json")
+            found[llm] = json.loads(summary.read_text())["template"]
+    assert found == {"by-name": "llama3 (from the model name)", "given": "llama3 (given)"}

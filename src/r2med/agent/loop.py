@@ -415,20 +415,24 @@ def run_agent(
     top_k: int = 100,
     progress: bool = True,
     tokens: Any = None,
+    template_given: bool | None = None,
 ) -> AgentReport:
     """Run the agent on every query of ``dataset``; write the expansion file, the trajectories and the summary.
 
     ``client`` defaults to a ``ChatClient`` for the config (``max_requests`` as its budget); ``tokens`` (a
     protocol that cuts in tokens) to the model's tokenizer (``r2med.agent.tokens.token_counter``). Returns the report,
     whose ``run`` is the agent's ranking (``top_k`` per query) and ``failures`` the queries whose requests failed
-    (left out of the expansion file; a rerun retries only them). A fatal provider error (bad key, no server) or
+    (left out of the expansion file; a rerun retries only them). ``template_given``: whether ``config``'s
+    ``chat_template`` was the user's (False: a resolved config's, found from the model; None: as it stands). A fatal provider error (bad key, no server) or
     a spent budget stops new requests; what finished is written before it is raised.
     """
     from r2med.llm.cache import ResponseCache
     from r2med.llm.client import Budget
 
     start = time.perf_counter()
-    template = resolve_template(str(config.llm_model), config.chat_template, config.name)
+    # a config resolved by the caller names the template it found: ``template_given`` False says how it was found
+    template = resolve_template(str(config.llm_model), None if template_given is False else config.chat_template,
+                                config.name)
     config = config.resolved()
     out_dir = Path(out_dir)
     report = AgentReport(dataset.name, config.style, config.name, queries=len(dataset.queries),
