@@ -108,3 +108,19 @@ def test_context_length_given_and_no_tokenizer_counts_a_bound(scifact, searcher,
         (row["prompt"] + row["output"]).encode()) + 16
     assert summary["context"] == {"length": limit, "source": "--context-length", "counted_by": ByteBound.source}
     assert report.failures == {}
+
+
+def test_search_r1_eval_cuts_first_then_the_budget_clamps(scifact, searcher, tmp_path):
+    """The protocol's cut to the last 4,096 tokens comes first (``test_search_r1_eval``: prompts of 3034, 3623, 4096
+    and 4096 characters for this question); a server of 4,400 tokens then leaves 4400 - 4097 (BOS) = 303 tokens
+    to the turns past the cut, 500 to the others."""
+    question = "REPEAT vitamin B12 " + "homocysteine levels in elderly patients " * 60
+    dataset = dataclasses.replace(scifact, queries={"q": question}, qrels={})
+    with CompletionServer(max_model_len=4400) as server:
+        config = AgentConfig(style="search-r1", llm_model="test-model", base_url=server.base_url,
+                             chat_template="chatml", concurrency=1)
+        report = run_agent(dataset, config, searcher, out_dir=tmp_path, progress=False)
+    assert [len(b["prompt"]) for b in server.requests] == [3034, 3623, 4096, 4096]
+    assert [b["max_tokens"] for b in server.requests] == [500, 500, 303, 303] and server.refused == []
+    row = report.trajectories[0]
+    assert row["stop_reason"] == "answer" and row["answer"] == "The evidence on"
