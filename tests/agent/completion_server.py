@@ -10,7 +10,14 @@ Reason-in-Documents prompt is answered with ``condensed_for(query)`` after a "**
 Markers in a question change the script: ``FAIL-ME`` -> HTTP 400; ``NEVER-CLOSE`` -> an unclosed search tag until
 max_tokens ("length"); ``REPEAT`` -> the same search every turn; ``GARBAGE`` -> text without any tag; ``EMPTY`` ->
 an empty search query. ``latency`` delays every answer. ``requests`` records every completion body received.
-``POST /tokenize`` and ``/detokenize`` (vLLM's bodies) tokenize one token per character.
+``POST /tokenize`` and ``/detokenize`` (vLLM's bodies) tokenize one token per character (plus one
+beginning-of-sequence token, id 1, with ``add_special_tokens``, as vLLM's for a Llama model).
+
+``max_model_len`` makes it a vLLM that enforces its context: ``GET /v1/models`` names it (as vLLM's
+``max_model_len``), and a completion whose prompt tokens (BOS included) + ``max_tokens`` pass it gets vLLM's HTTP 400.
+Without it ``GET`` answers 404, as a server that says nothing about its context (``tell_context=False`` keeps
+the limit but hides it); ``refused`` records the tokens of every request refused so. ``tokenize=False``: no
+``/tokenize`` (404), as a server that is neither vLLM nor llama.cpp.
 """
 
 from __future__ import annotations
@@ -45,8 +52,13 @@ def words(text: str) -> int:
 
 
 class CompletionServer:
-    def __init__(self, *, latency: float = 0.0) -> None:
+    def __init__(self, *, latency: float = 0.0, max_model_len: int | None = None, tell_context: bool = True,
+                 tokenize: bool = True) -> None:
         self.latency = latency
+        self.tokenize = tokenize
+        self.max_model_len = max_model_len
+        self.tell_context = tell_context
+        self.refused: list[int] = []
         self.requests: list[dict[str, Any]] = []
         self.tokenize_calls = 0
         self._lock = threading.Lock()
@@ -58,12 +70,22 @@ class CompletionServer:
             def log_message(self, *args: Any) -> None:
                 pass
 
+            def do_GET(self) -> None:
+                if self.path == "/v1/models" and server.max_model_len and server.tell_context:
+                    self._send(200, {"object": "list", "data": [{"id": "test-model", "object": "model",
+                                                                 "max_model_len": server.max_model_len}]})
+                else:
+                    self._send(404, {"error": {"message": f"no {self.path}", "type": "NotFoundError"}})
+
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
-                if self.path in ("/tokenize", "/detokenize"):  # vLLM's shape; one token per character
+                if self.path in ("/tokenize", "/detokenize") and not server.tokenize:
+                    status, payload = 404, {"error": {"message": f"no {self.path}"}}
+                elif self.path in ("/tokenize", "/detokenize"):  # vLLM's shape; one token per character
                     with server._lock:
                         server.tokenize_calls += 1
-                    status, payload = 200, ({"tokens": [ord(c) for c in body["prompt"]]} if self.path == "/tokenize"
+                    bos = [1] if body.get("add_special_tokens") else []
+                    status, payload = 200, ({"tokens": bos + [ord(c) for c in body["prompt"]]} if self.path == "/tokenize"
                                             else {"prompt": "".join(chr(t) for t in body["tokens"])})
                 else:
                     with server._lock:
@@ -71,6 +93,9 @@ class CompletionServer:
                     if server.latency:
                         time.sleep(server.latency)
                     status, payload = server.answer(body)
+                self._send(status, payload)
+
+            def _send(self, status: int, payload: dict[str, Any]) -> None:
                 data = json.dumps(payload).encode()
                 try:
                     self.send_response(status)
@@ -135,6 +160,15 @@ class CompletionServer:
 
     def answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         prompt = body.get("prompt", "")
+        if self.max_model_len is not None:  # vLLM's check (BOS + one token per character)
+            asked = len(prompt) + 1 + int(body.get("max_tokens") or 0)
+            if asked > self.max_model_len:
+                with self._lock:
+                    self.refused.append(asked)
+                return 400, {"object": "error", "type": "BadRequestError", "code": 400, "message": (
+                    f"This model's maximum context length is {self.max_model_len} tokens. However, you requested "
+                    f"{asked} tokens ({len(prompt) + 1} in the messages, {body.get('max_tokens')} in the completion). "
+                    "Please reduce the length of the messages or completion.")}
         if "FAIL-ME" in prompt and "**Task Instruction:**" not in prompt:
             return 400, {"error": {"message": "scripted failure", "type": "invalid_request_error"}}
         text, finish = self.intended(prompt)

@@ -7,7 +7,7 @@ from typing import Any
 
 from r2med.agent import protocols as pr
 from r2med.agent import styles as st
-from r2med.agent.templates import template_for_model, templates
+from r2med.agent.templates import MODEL_TEMPLATE, resolve_template, templates
 from r2med.errors import UsageError
 from r2med.llm.endpoint import LLMOptions
 from r2med.llm.reasoning import POLICIES
@@ -22,6 +22,7 @@ STOP_REASONS = {
     "repeated-search": "Search-R1 asked the same search twice in a row (only with --stop-on-repeat)",
     "empty-search": "the model closed an empty search query (Search-R1: only with --stop-on-repeat)",
     "max-turns": "the turn limit was reached with the model still searching",
+    "context-full": "the prompt leaves no room in the server's context (the output so far is kept)",
     "budget": "the request or token budget ran out",
     "error": "a request failed after its retries (the query is not written; rerun to retry it)",
 }
@@ -42,7 +43,9 @@ class AgentConfig(LLMOptions):
                                   choices=lambda: tuple(pr.PROTOCOLS))
     stop_on_repeat: bool = option(False, "Search-R1: also end a query on a repeated or empty search query or a "
                                   "turn cut by max-tokens (stops the authors' loops do not have)")
-    chat_template: str | None = option(None, "how the user turn is wrapped (default: from the model name)",
+    chat_template: str | None = option(None, "how the user turn is wrapped: a template of r2med's table (default: the "
+                                       "model's own chat_template when its tokenizer_config.json is local or in the "
+                                       "Hugging Face cache, else the table's by the model name)",
                                        choices=lambda: tuple(templates().names()))
     search_top_k: int | None = option(None, "documents per search (default: the protocol's: Search-R1 3, "
                                       "Search-o1 10)", minimum=1)
@@ -58,6 +61,10 @@ class AgentConfig(LLMOptions):
     top_p: float | None = redefault(LLMOptions, "top_p", None, note="default: the protocol's: "
                                     "search-r1-eval 1, search-o1 0.8, search-r1-infer the server's")
     concurrency: int = redefault(LLMOptions, "concurrency", 16)
+    context_length: int | None = option(None, "tokens per request (prompt + completion) the server takes; default: "
+                                        "learned from the server (vLLM's /v1/models max_model_len, llama.cpp's /props "
+                                        "context per slot); max-tokens is clamped to what is left and a query whose "
+                                        "prompt fills it ends context-full", minimum=1, keyed=False)
     policy: str = option("fallback", "a query the agent did not answer: fallback = the plain question as hy_doc, "
                          "authors = the whole output, error = leave it out (a failed query)", choices=POLICIES,
                          flag="--answer-policy", aliases=("answer_policy",))
@@ -85,7 +92,7 @@ class AgentConfig(LLMOptions):
                 raise UsageError(f"{name.replace('_', '-')} must be at least 1, got {value}")
         if self.max_searches is not None and self.max_searches < 0:
             raise UsageError(f"max-searches must be at least 0, got {self.max_searches}")
-        if self.chat_template is not None:
+        if self.chat_template is not None and not self.chat_template.startswith(MODEL_TEMPLATE):
             templates().get(self.chat_template)
 
     @property
@@ -98,11 +105,13 @@ class AgentConfig(LLMOptions):
         return pr.protocol(self.protocol or pr.default_protocol(st.agent_style(self.style).name))
 
     def resolved(self) -> AgentConfig:
-        """Every ``None`` replaced by the protocol's value (the authors'); the chat template from the model's name
-        (UsageError when it names none: pass ``chat_template``)."""
+        """Every ``None`` replaced by the protocol's value (the authors'); the chat template: the model's own
+        (``model:<sha256>``), else the table's by the model's name (UsageError when it names none: pass
+        ``chat_template``)."""
         style = st.agent_style(self.style)
         d = self.protocol_row
-        template = self.chat_template or template_for_model(self.llm_model) or template_for_model(self.name)
+        found, _ = resolve_template(str(self.llm_model), self.chat_template, self.name)
+        template = None if found is None else found.name
         if template is None:
             raise UsageError(f"no chat template is known for {self.llm_model!r}; pass --chat-template "
                              f"({', '.join(templates().names())})")

@@ -22,6 +22,7 @@ and :class:`AgentReport` carries the agent's own ranking (every document its sea
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import time
@@ -32,6 +33,7 @@ from typing import Any, ClassVar
 from r2med import __version__
 from r2med.agent import styles as st
 from r2med.agent.config import STOP_REASONS, AgentConfig
+from r2med.agent.context import context_window, is_context_error
 from r2med.agent.outputs import (
     CACHE_FILE,
     EXPANSION_FILE,
@@ -44,7 +46,7 @@ from r2med.agent.outputs import (
     expansion_rows,
 )
 from r2med.agent.search import CorpusSearcher, search_r1_contents
-from r2med.agent.templates import templates
+from r2med.agent.templates import resolve_template
 from r2med.datasets.model import Dataset
 from r2med.errors import MissingResourceError, ProviderError
 from r2med.http import safe_url
@@ -63,18 +65,31 @@ class _Stop(Exception):
     """Ends one query's loop with a reason (budget) without an error."""
 
 
+class _ContextFull(Exception):
+    """A prompt that leaves no room in the server's context: the query ends ``context-full``, its output kept."""
+
+    def __init__(self, details: dict[str, Any]) -> None:
+        super().__init__(str(details))
+        self.details = details
+
+
 class _Engine:
     """One dataset's agent run: the client, the cache, the searcher, and the per-query loops."""
 
     def __init__(self, config: AgentConfig, searcher: CorpusSearcher, client: Any, cache: Any,
-                 report: AgentReport, tokens: Any = None) -> None:
+                 report: AgentReport, tokens: Any = None, window: Any = None, counter: Any = None,
+                 template: tuple[Any, str] | None = None) -> None:
         self.config = config
+        #: the context budget (``r2med.agent.context``): the server's context per request and what counts a prompt
+        self.window = window
+        self.counter = counter
         self.style = st.agent_style(config.style)
         self.protocol = config.protocol_row
         self.tokens = tokens
         self.token_cache: dict[str, list[int]] = {}
         self.token_executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="r2med-tokens")
-        self.template = templates().get(str(config.chat_template))
+        #: the template that wraps the prompts and how it was chosen (``templates.resolve_template``)
+        self.template, self.template_source = template or resolve_template(str(config.llm_model), config.chat_template)
         self.searcher = searcher
         self.client = client
         self.cache = cache
@@ -105,24 +120,35 @@ class _Engine:
         from r2med.llm.client import request_key
 
         params = self.params(reason_in_documents=reason_in_documents)
+        clamped = None
+        if self.window is not None:  # the context budget: max_tokens clamped to the room the prompt leaves
+            used = await self.count(prompt)
+            room = self.window.length - used
+            if room < 1:
+                raise _ContextFull({"request": "reason-in-documents" if reason_in_documents else "turn",
+                                    "prompt_tokens": used, "context_length": self.window.length})
+            if params.max_tokens is None or params.max_tokens > room:
+                params = dataclasses.replace(params, max_tokens=room)
+                clamped = room
         extra = dict(st.O1_REASON_EXTRA) if reason_in_documents else self.extra
         key = request_key(self.config.llm_model, [{"role": "completion", "content": prompt}], params,
                           extra={"stop": list(stop), **extra})
+        clamp = {} if clamped is None else {"max_tokens": clamped}  # shown in the turn, not stored in the cache
         record = self.cache.get(key)
         if record is not None:
             self.report.cached_calls += 1
-            return record
+            return {**record, **clamp}
         pending = self.in_flight.get(key)
         if pending is not None:
             record = await asyncio.shield(pending)
             self.report.cached_calls += 1
-            return dict(record)
+            return {**record, **clamp}
         if self.halt is not None:
             raise _Stop("stopped")
         task = asyncio.ensure_future(self._request(key, prompt, params, stop, extra))
         self.in_flight[key] = task
         task.add_done_callback(lambda _: self.in_flight.pop(key, None))
-        return dict(await asyncio.shield(task))
+        return {**await asyncio.shield(task), **clamp}
 
     async def _request(self, key: str, prompt: str, params: Any, stop: tuple[str, ...],
                        extra: dict[str, Any]) -> dict[str, Any]:
@@ -159,6 +185,8 @@ class _Engine:
                                "answer": None, "error": None}
         try:
             await self.loops[self.protocol.loop](self, row)
+        except _ContextFull as full:  # no room for another generation: the query ends here, its output kept
+            row["stop_reason"], row["context_full"] = "context-full", full.details
         except _Stop:  # another query's request stopped the run
             from r2med.llm.client import BudgetExceeded
 
@@ -170,6 +198,8 @@ class _Engine:
             if isinstance(exc, BudgetExceeded):
                 row["stop_reason"] = "budget"
                 self.halt = self.halt or exc
+            elif is_context_error(exc):  # the server's refusal of a prompt past its context (no budget known)
+                row["stop_reason"], row["context_full"] = "context-full", {"error": str(exc)}
             else:
                 row["stop_reason"], row["error"] = "error", str(exc)
                 if getattr(exc, "fatal", False):  # bad key, unknown model: no other query can do better
@@ -196,6 +226,8 @@ class _Engine:
         # no wall-clock times: a resumed run writes the same file as an uninterrupted one (the cache keeps the times)
         row["turns"].append({"text": text, "finish_reason": record["finish_reason"], "stop": record.get("stop"),
                              "prompt_tokens": record["prompt_tokens"], "completion_tokens": record["completion_tokens"]})
+        if "max_tokens" in record:  # clamped by the context budget
+            row["turns"][-1]["max_tokens"] = record["max_tokens"]
         return text, record, closed
 
     async def _r1_infer(self, row: dict[str, Any]) -> None:
@@ -311,6 +343,11 @@ class _Engine:
             self.token_cache[text] = await loop.run_in_executor(self.token_executor, self.tokens.encode, text)
         return self.token_cache[text]
 
+    async def count(self, text: str) -> int:
+        """The tokens ``text`` takes as a prompt (the context budget's counter; not cached: prompts are long)."""
+        loop = asyncio.get_running_loop()
+        return int(await loop.run_in_executor(self.token_executor, self.counter.count, text))
+
     async def decode(self, ids: list[int]) -> str:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.token_executor, self.tokens.decode, ids)
@@ -378,24 +415,25 @@ def run_agent(
     top_k: int = 100,
     progress: bool = True,
     tokens: Any = None,
+    template_given: bool | None = None,
 ) -> AgentReport:
     """Run the agent on every query of ``dataset``; write the expansion file, the trajectories and the summary.
 
     ``client`` defaults to a ``ChatClient`` for the config (``max_requests`` as its budget); ``tokens`` (a
     protocol that cuts in tokens) to the model's tokenizer (``r2med.agent.tokens.token_counter``). Returns the report,
     whose ``run`` is the agent's ranking (``top_k`` per query) and ``failures`` the queries whose requests failed
-    (left out of the expansion file; a rerun retries only them). A fatal provider error (bad key, no server) or
+    (left out of the expansion file; a rerun retries only them). ``template_given``: whether ``config``'s
+    ``chat_template`` was the user's (False: a resolved config's, found from the model; None: as it stands). A fatal provider error (bad key, no server) or
     a spent budget stops new requests; what finished is written before it is raised.
     """
     from r2med.llm.cache import ResponseCache
     from r2med.llm.client import Budget
 
     start = time.perf_counter()
-    named = config.chat_template
+    # a config resolved by the caller names the template it found: ``template_given`` False says how it was found
+    template = resolve_template(str(config.llm_model), None if template_given is False else config.chat_template,
+                                config.name)
     config = config.resolved()
-    # shown with -v (the CLI keeps a failure one line: nothing is printed before the work); the count line names the protocol
-    logger.info("%s: protocol %s, template: %s (%s)", dataset.name, config.protocol, config.chat_template,
-                "given" if named else "from the model name")
     out_dir = Path(out_dir)
     report = AgentReport(dataset.name, config.style, config.name, queries=len(dataset.queries),
                          protocol=str(config.protocol))
@@ -403,12 +441,27 @@ def run_agent(
                     "trajectories": out_dir / TRAJECTORIES_FILE, "summary": out_dir / SUMMARY_FILE}
     client = client or config.client(str(config.base_url), budget=Budget(max_requests=config.max_requests))
     cache = ResponseCache(report.paths["cache"])
+    http = {"api_key": config.api_key(), "timeout": config.timeout, "max_retries": config.max_retries}
     if tokens is None and config.protocol_row.needs_tokens:
         from r2med.agent.tokens import token_counter
 
-        tokens = token_counter(config.llm_model, str(config.base_url), api_key=config.api_key(),
-                               timeout=config.timeout, max_retries=config.max_retries)
-    engine = _Engine(config, searcher, client, cache, report, tokens)
+        tokens = token_counter(config.llm_model, str(config.base_url), **http)
+    window = context_window(str(config.base_url), config.llm_model, given=config.context_length,
+                            api_key=http["api_key"], timeout=config.timeout)
+    counter = None
+    if window is not None:
+        from r2med.agent.tokens import prompt_counter
+
+        counter = prompt_counter(config.llm_model, str(config.base_url), **http,
+                                 tokens=tokens if hasattr(tokens, "count") else None)
+        logger.info("%s: context %d tokens per request (%s); prompts counted by %s", dataset.name, window.length,
+                    window.source, counter.source)
+    else:
+        logger.info("%s: the server's context length is unknown (pass --context-length): max-tokens is not clamped",
+                    dataset.name)
+    engine = _Engine(config, searcher, client, cache, report, tokens, window, counter, template)
+    # shown with -v (the CLI keeps a failure one line: nothing is printed before the work); the count line names the protocol
+    logger.info("%s: protocol %s, template: %s", dataset.name, config.protocol, engine.template_source)
     bar = progress_bar(len(dataset.queries), desc=f"{dataset.name}: {config.style} {config.name}", unit="query",
                        enabled=progress)
 
@@ -450,7 +503,9 @@ def run_agent(
         report.stopped = str(engine.halt)
     summary = {"report": report.as_dict(), "config": {**config.key(), "llm_name": config.name,
                                                      "base_url": safe_url(config.base_url)},
-               "search": searcher.config(), "top_k": top_k, "r2med": __version__}
+               "search": searcher.config(), "top_k": top_k, "r2med": __version__,
+               "context": {**window.as_dict(), "counted_by": counter.source} if window is not None else None,
+               "template": engine.template_source}
     write_text_atomic(report.paths["summary"], json.dumps(summary, indent=2, ensure_ascii=False, default=str))
     if report.failures:
         logger.warning("%s: %d of %d queries failed and are not in %s (rerun to retry them); first: %s",

@@ -4,6 +4,11 @@
 the Hugging Face cache (``transformers``), else the server's (``POST /tokenize`` and ``/detokenize`` at the
 server's root, as vLLM and llama.cpp serve them). Both encode without special tokens (as Search-R1's
 ``tokenizer(..., add_special_tokens=False)``) and decode keeping them (the chat template's tokens are text).
+
+``count(text)`` is the context budget's measure (``r2med.agent.context``): the tokens the server's prompt takes,
+special tokens it adds included (the beginning-of-sequence token), as vLLM's and llama.cpp's completions
+count them. ``prompt_counter`` picks the most exact one there is: the local tokenizer, the server's
+``/tokenize``, else ``ByteBound``, a bound that is never below the true count.
 """
 
 from __future__ import annotations
@@ -23,6 +28,34 @@ class TokenCounter(Protocol):
 
     def decode(self, ids: list[int]) -> str: ...
 
+    def count(self, text: str) -> int: ...
+
+
+class NoTokenizeEndpoint(MissingResourceError):
+    """The server answers 404 to ``/tokenize`` (not vLLM, not llama.cpp)."""
+
+
+class ByteBound:
+    """A bound on a prompt's tokens without a tokenizer: its UTF-8 bytes + ``SPECIAL``. Every token of a byte-level
+    BPE or SentencePiece vocabulary (byte fallback, or ``<unk>``) stands for at least one byte of the text, except
+    the special tokens the server adds and SentencePiece's prefix space: ``SPECIAL`` covers those. Cautious (a
+    token is ~4 bytes of English), it clamps ``max_tokens`` early, never too late.
+
+    >>> ByteBound().count("héllo")
+    22
+    """
+
+    SPECIAL = 16
+    source = "a bound: UTF-8 bytes + 16 (no tokenizer: pass a local model directory or use a server with /tokenize)"
+
+    def count(self, text: str) -> int:
+        return len(text.encode("utf-8")) + self.SPECIAL
+
+    def encode(self, text: str) -> list[int]:  # pragma: no cover - a bound cannot cut
+        raise MissingResourceError("no tokenizer: the protocol cuts in the model's tokens")
+
+    decode = encode
+
 
 class LocalTokenizer:
     """A ``transformers`` tokenizer (or anything with ``encode(text, add_special_tokens=...)`` and ``decode``)."""
@@ -36,6 +69,9 @@ class LocalTokenizer:
 
     def decode(self, ids: list[int]) -> str:
         return str(self.tokenizer.decode(list(ids), skip_special_tokens=False))
+
+    def count(self, text: str) -> int:
+        return len(self.tokenizer.encode(text, add_special_tokens=True))
 
 
 def server_root(base_url: str) -> str:
@@ -71,7 +107,7 @@ class ServerTokenizer:
         except FatalProviderError as exc:
             if "404" not in str(exc):
                 raise
-            raise MissingResourceError(
+            raise NoTokenizeEndpoint(
                 f"{self.root}{path}: 404; the protocol cuts in the model's tokens and this server has no {path} (vLLM "
                 "and llama.cpp have one): pass a local model directory (or a model in the Hugging Face cache) as "
                 "--llm-model, or use --protocol search-r1-infer") from None
@@ -79,6 +115,10 @@ class ServerTokenizer:
     def encode(self, text: str) -> list[int]:
         return self._post("/tokenize", {"model": self.model, "prompt": text, "content": text,
                                         "add_special_tokens": False, "add_special": False}, _token_ids)
+
+    def count(self, text: str) -> int:
+        return len(self._post("/tokenize", {"model": self.model, "prompt": text, "content": text,
+                                            "add_special_tokens": True, "add_special": True}, _token_ids))
 
     def decode(self, ids: list[int]) -> str:
         return self._post("/detokenize", {"model": self.model, "tokens": list(ids)}, _detokenized)
@@ -124,3 +164,25 @@ def token_counter(model: str, base_url: str, *, api_key: str | None = None, time
     """The model's local tokenizer, else the server's (with the agent's --timeout and --max-retries)."""
     return local_tokenizer(model) or ServerTokenizer(base_url, model, api_key=api_key, timeout=timeout,
                                                      max_retries=max_retries)
+
+
+def prompt_counter(model: str, base_url: str, *, api_key: str | None = None, timeout: float = 60.0,
+                   max_retries: int = 2, tokens: TokenCounter | None = None) -> TokenCounter | ByteBound:
+    """What counts a prompt's tokens for the context budget: ``tokens`` (the protocol's tokenizer) when given, else
+    the model's local tokenizer, else the server's ``/tokenize`` (tried once here), else ``ByteBound``."""
+    from r2med.errors import ProviderError
+
+    counter = tokens or local_tokenizer(model)
+    if counter is not None:
+        return counter
+    server = ServerTokenizer(base_url, model, api_key=api_key, timeout=timeout, max_retries=max_retries)
+    try:
+        server.count("r2med")
+    except NoTokenizeEndpoint:
+        return ByteBound()
+    except ProviderError as exc:
+        if getattr(exc, "fatal", False):
+            raise
+        logger.info("the server's /tokenize refused a request (%s): the context budget counts %s", exc, ByteBound.source)
+        return ByteBound()
+    return server

@@ -1,4 +1,4 @@
-"""``JsonClient``: POSTs JSON to the paths of one base URL through ``httpx2``, from threads or from asyncio.
+"""``JsonClient``: POSTs JSON to the paths of one base URL (and GETs them) through ``httpx2``, from threads or asyncio.
 
 The one client of r2med's embedding, chat and completion requests. Each call runs the attempts of
 ``r2med.http.retry`` (one policy, one classification) through ``_attempts``, a generator that says when to send and
@@ -137,6 +137,18 @@ class JsonClient:
                 waiter.wait(step)
         return outcome.value
 
+    def get(self, path: str, *, parse: Parse = _whole) -> Any:
+        """The parsed answer of ``GET base_url/path`` (a server's description: its models, its properties), with the
+        same deadline, retries, classification and redaction as ``post``."""
+        url = f"{self.base_url}/{path.lstrip('/')}"
+        outcome = _Outcome()
+        for step in self._attempts(url, parse, None, outcome, method="GET"):
+            if step is _SEND:
+                outcome.sent = _Background.get().run(self._aexchange(url, None, method="GET"))
+            else:
+                threading.Event().wait(step)
+        return outcome.value
+
     async def apost(self, path: str, payload: dict[str, Any], *, parse: Parse = _whole,
                     before: Before | None = None) -> Any:
         """``post`` from asyncio: the same attempts, each awaited (the connections are this event loop's)."""
@@ -161,11 +173,12 @@ class JsonClient:
             await client.aclose()
 
     # ------------------------------------------------------------------ the policy, once
-    def _attempts(self, url: str, parse: Parse, before: Before | None, outcome: _Outcome) -> Iterator[Any]:
+    def _attempts(self, url: str, parse: Parse, before: Before | None, outcome: _Outcome,
+                  method: str = "POST") -> Iterator[Any]:
         """Yields ``_SEND`` (the driver puts what the attempt gave in ``outcome.sent``) or a delay in seconds; ends
         with the parsed answer in ``outcome.value``, or raises."""
         shown = safe_url(url)
-        where = f"{self.label}: POST {shown}"
+        where = f"{self.label}: {method} {shown}"
         policy = self.policy
         for attempt in range(policy.max_retries + 1):
             if before is not None:
@@ -184,7 +197,7 @@ class JsonClient:
             else:
                 retry = status_retry(sent[0], sent[1], sent[2], where=where, key_hint=self.key_hint)
             if attempt == policy.max_retries:
-                raise exhausted(retry, label=self.label, url=shown, attempts=attempt + 1)
+                raise exhausted(retry, label=self.label, url=shown, attempts=attempt + 1, method=method)
             delay = policy.delay(attempt, retry, where=where, rng=self._rng)
             self.stats.add("retries")
             self.stats.add("waited_s", delay)
@@ -251,15 +264,15 @@ class JsonClient:
     def _exchange(self, url: str, data: bytes) -> Sent:
         return _Background.get().run(self._aexchange(url, data))
 
-    async def _aexchange(self, url: str, data: bytes) -> Sent:
+    async def _aexchange(self, url: str, data: bytes | None, method: str = "POST") -> Sent:
         """One attempt under one deadline of ``timeout`` seconds: the status, headers and redacted body, or why not."""
         try:
-            return await asyncio.wait_for(self._attempt(url, data), self.timeout)
+            return await asyncio.wait_for(self._attempt(url, data, method), self.timeout)
         except _transport_errors() as exc:  # TimeoutError (the deadline) is an OSError
             return exc
 
-    async def _attempt(self, url: str, data: bytes) -> Sent:
-        async with self._async_client().stream("POST", url, content=data, headers=self._headers()) as response:
+    async def _attempt(self, url: str, data: bytes | None, method: str = "POST") -> Sent:
+        async with self._async_client().stream(method, url, content=data, headers=self._headers()) as response:
             body = bytearray()
             async for chunk in response.aiter_bytes():
                 body += chunk

@@ -179,7 +179,7 @@ def status_retry(status: int, headers: Mapping[str, str], text: str, *, where: s
     return Retry(f"HTTP {status}: {message}", parse_retry_after(headers))
 
 
-def exhausted(retry: Retry, *, label: str, url: str, attempts: int) -> Exception:
+def exhausted(retry: Retry, *, label: str, url: str, attempts: int, method: str = "POST") -> Exception:
     """The error after the last of ``attempts`` to POST to ``url`` (shown without credentials) failed with ``retry``.
 
     >>> exhausted(Retry("HTTP 500: x"), label="m", url="http://h/v1/embeddings", attempts=3)
@@ -190,7 +190,7 @@ def exhausted(retry: Retry, *, label: str, url: str, attempts: int) -> Exception
             f"{label}: cannot reach {url}: {retry.reason} on {attempts} attempts; start the server "
             "first (e.g. `vllm serve MODEL --port 8000` or `llama-server -m MODEL.gguf --port 8080`) and pass its "
             "address as --base-url http://HOST:PORT/v1 (or $OPENAI_BASE_URL)")
-    return ProviderError(f"{label}: POST {url} still failing after {attempts} attempts ({attempts - 1} retries); "
+    return ProviderError(f"{label}: {method} {url} still failing after {attempts} attempts ({attempts - 1} retries); "
                          f"last error: {retry.reason}")
 
 

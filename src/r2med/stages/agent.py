@@ -36,6 +36,7 @@ class Agent:
                  settings: Settings | None = None, top_k: int = 100, client: Any = None, progress: bool = True,
                  search_key: dict[str, Any] | None = None) -> None:
         self.agent_config = config.resolved()
+        self.template_given = config.chat_template is not None  # else the model's own or its name's (said at start)
         self.search_key = search_key  # the search retriever's declared options (RetrieverSpec.key())
         self.retriever = retriever
         self.knowledge = knowledge
@@ -81,6 +82,7 @@ class Agent:
             self._knowledge_searcher = self._knowledge_searcher or open_searcher(self.retriever, corpus, source=source)
             searcher = self._knowledge_searcher
         report = run_agent(dataset, self.agent_config, searcher, out_dir=self.out_dir(dataset), client=self.client,
+                           template_given=self.template_given,
                            top_k=self.top_k, progress=self.progress)
         self._reports[dataset.name] = report
         if report.failures:
