@@ -100,6 +100,11 @@ class ResponseCache:
     def keys(self) -> list[str]:
         return list(self._records)
 
+    def open_for_append(self) -> None:
+        """Open the file for appending now (created when missing; a torn last line cut off): a file that cannot be
+        written fails here, before a request whose answer it could not keep is sent."""
+        self._open()
+
     def _open(self) -> IO[bytes]:
         if self._handle is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
