@@ -34,7 +34,6 @@ from r2med.store.expansions import EXPANSION_FILE, expansion_dir, llm_dir_name
 from r2med.store.results import SystemPath
 from r2med.types import Run
 
-
 #: the files of the expansion folder a stored result depends on (``r2med run --expansion`` reads the first)
 FOLDER_FILES = (EXPANSION_FILE, TRAJECTORIES_FILE)
 FOLDER_FIX = "make it writable, or set R2MED_HOME to a writable directory"
