@@ -15,6 +15,7 @@ from pathlib import Path
 from types import TracebackType
 
 from r2med.errors import ResultsBusyError, UsageError
+from r2med.io.atomic import naming
 from r2med.io.dirs import dir_problem
 
 LOCK_NAME = ".r2med.lock"
@@ -81,8 +82,13 @@ class DirectoryLock:
             if same:
                 break
             os.close(fd)
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
+        try:
+            with naming(self.path):
+                os.ftruncate(fd, 0)
+                os.write(fd, f"{os.getpid()}\n".encode())
+        except BaseException:
+            os.close(fd)
+            raise
         self._fd = fd
 
     def release(self) -> None:
