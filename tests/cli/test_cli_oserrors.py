@@ -133,7 +133,7 @@ def full_disk(monkeypatch):
     to /dev/full, where the kernel answers every write with ENOSPC (an OSError that names no file)."""
     import types
 
-    import r2med.io.atomic as atomic
+    from r2med.io import atomic
 
     if not Path("/dev/full").exists():
         pytest.skip("no /dev/full here")
