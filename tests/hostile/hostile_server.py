@@ -163,7 +163,7 @@ class HostileServer:
     def url(self, behaviour: str) -> str:
         return f"http://127.0.0.1:{self._http.server_address[1]}/{behaviour}/v1"
 
-    def __enter__(self) -> HostileServer:
+    def __enter__(self) -> HostileServer:  # noqa: PYI034 - typing.Self needs Python 3.11
         threading.Thread(target=self._http.serve_forever, daemon=True).start()
         return self
 

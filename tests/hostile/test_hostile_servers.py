@@ -80,3 +80,37 @@ def test_the_response_cache_keeps_a_lone_surrogate_losslessly(tmp_path):
     cache.close()
     assert b'"half \\ud83d here"' in path.read_bytes()  # its JSON escape: valid UTF-8 on disk
     assert ResponseCache(path).get("k") == {"text": "half \ud83d here", "n": 1}
+
+
+#: what no retry would change: an answer past the size bound, a rejected key
+ONE_ATTEMPT = ("endless", "huge", "echo-401")
+
+
+@pytest.mark.parametrize("behaviour", BEHAVIOURS)
+def test_the_embeddings_api_against_a_hostile_server(cli, server, small_answers, isolated_home, tmp_path, monkeypatch,
+                                                     behaviour):
+    """``--retriever openai:MODEL`` (POST /embeddings) under the same rules: its --timeout bounds an attempt, its
+    --max-retries the attempts; the key in no file or output; a rerun after recovery asks nothing already answered."""
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    monkeypatch.setenv("OPENAI_BASE_URL", server.url(behaviour))
+    data = tmp_path / "data"
+    shutil.copytree(DATA / "tiny", data / "Biology")
+    argv = ["run", "--retriever", "openai:m", "--data-dir", str(data), "--output", str(tmp_path / "out"),
+            "--timeout", "1", "--max-retries", "1"]
+    server.recovered = False
+    started = time.monotonic()
+    result = cli(*argv)
+    seconds = time.monotonic() - started
+    assert "Traceback" not in result.err, result.err
+    assert seconds < 30, f"embeddings against {behaviour} ran {seconds:.0f} s"  # two 1 s attempts a batch, and a wait
+    assert result.code == (0 if behaviour == "surrogate" else 6), (result.code, result.err)
+    if behaviour not in ("surrogate", *ONE_ATTEMPT):
+        assert "/embeddings" in result.err and "2 attempts" in result.err, result.err  # --max-retries 1: two
+    assert KEY not in result.out + result.err + _written(tmp_path, isolated_home)
+    answered = {k: v for k, v in server.requests.items() if k[0].endswith("/embeddings")}
+    server.recovered = True
+    again = cli(*argv)
+    assert again.code == 0, again.err
+    if behaviour == "surrogate":  # every batch of the first run is in the embedding cache: none is asked again
+        assert {k: v for k, v in server.requests.items() if k in answered} == answered
+    assert KEY not in again.out + again.err + _written(tmp_path, isolated_home)
