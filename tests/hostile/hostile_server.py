@@ -1,6 +1,7 @@
 """An OpenAI-compatible server on loopback whose URL picks how it misbehaves: ``{base}/<behaviour>/v1``.
 
-Chat (``/chat/completions``), completions (``/completions``) and embeddings (``/embeddings``) are answered alike.
+Chat (``/chat/completions``), completions (``/completions``) and embeddings (``/embeddings``) are answered alike, and
+a GET of any path (a file download) with the completion's body.
 ``recovered = True`` makes every behaviour answer well (a server that came back). Requests are recorded by
 ``(path, prompt)`` with the outcome, so a test can check what a rerun sends again.
 """
@@ -67,6 +68,8 @@ class _Handler(BaseHTTPRequestHandler):
             getattr(self, "_" + behaviour.replace("-", "_"))(good, auth)
         except (BrokenPipeError, ConnectionResetError):
             pass
+
+    do_GET = do_POST  # a file download (``r2med.http.download``): the same behaviours
 
     def _send(self, status: int, data: bytes, headers: dict[str, str] | None = None) -> None:
         self.send_response(status)

@@ -4,6 +4,7 @@ no output, and after the server recovers a rerun finishes without sending a fini
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 import time
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from hostile_server import BEHAVIOURS, HostileServer
+from hostile_server import BEHAVIOURS, SURROGATE, HostileServer
 
 from conftest import DATA
 
@@ -114,3 +115,50 @@ def test_the_embeddings_api_against_a_hostile_server(cli, server, small_answers,
     if behaviour == "surrogate":  # every batch of the first run is in the embedding cache: none is asked again
         assert {k: v for k, v in server.requests.items() if k in answered} == answered
     assert KEY not in again.out + again.err + _written(tmp_path, isolated_home)
+
+
+#: a download's outcome per behaviour: the bytes as sent (a download does not read them), or an error after how many
+#: attempts (--max-retries 1: two; what no retry changes: one)
+DOWNLOADS = {"slow": 2, "trickle": 2, "endless": 1, "huge": 1, "429": 2, "500": 2, "echo-401": 1,
+             "empty": b"", "bad-utf8": b'\xff\xfe{"choices": \x80}', "bad-json": b'{"choices": [',
+             "no-choices": b'{"choices": []}',
+             "surrogate": json.dumps({"choices": [{"text": SURROGATE, "finish_reason": "stop"}],
+                                      "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}}).encode(),
+             "echo-200": b'{"proxy": {"headers": {"Authorization": ""}}}'}  # a GET sends no key
+
+
+@pytest.mark.parametrize("behaviour", BEHAVIOURS)
+def test_a_download_from_a_hostile_server(server, behaviour):
+    """``--first-stage URL``'s GET (``r2med.http.download``) on the shared stack: a 1 s deadline per attempt holds
+    against a trickling or endless answer, retries as every request, the bytes returned exactly as sent."""
+    import threading
+
+    from r2med.errors import ProviderError
+    from r2med.http.download import download
+    from r2med.http.retry import RetryPolicy
+
+    server.recovered = False
+    url = f"{server.url(behaviour)}/runs/Biology.run"
+    before = sum(1 for seen, _ in server.log if seen == behaviour)
+    outcome: list = []
+
+    def get() -> None:
+        try:
+            outcome.append(download(url, timeout=1, max_bytes=2**20,
+                                    policy=RetryPolicy(max_retries=1, base_delay=0.01, max_delay=0.02)))
+        except Exception as exc:  # noqa: BLE001 - checked below
+            outcome.append(exc)
+
+    worker = threading.Thread(target=get, daemon=True)
+    worker.start()
+    worker.join(30)  # two attempts of 1 s: far under 30 s
+    assert not worker.is_alive(), f"a download from a {behaviour} server still running after 30 s"
+    sent = sum(1 for seen, _ in server.log if seen == behaviour) - before
+    expected = DOWNLOADS[behaviour]
+    if isinstance(expected, int):
+        assert isinstance(outcome[0], ProviderError), outcome
+        assert sent == expected
+        assert str(outcome[0]).startswith(f"download: GET {url}"), outcome[0]
+    else:
+        assert sent == 1
+        assert outcome[0] == expected
