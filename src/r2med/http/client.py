@@ -110,8 +110,9 @@ def _chain(exc: BaseException) -> list[BaseException]:
 class JsonClient:
     """JSON POSTs to ``base_url`` + a path, with retries; ``label`` starts every message (a provider, a model id).
 
-    ``stats`` receives ``requests``, ``retries`` and ``waited_s`` (seconds slept before retries). ``timeout`` bounds
-    connecting and each read, in seconds. ``key_hint`` names the variable the key came from, for a rejected key.
+    ``stats`` receives ``requests``, ``retries`` and ``waited_s`` (seconds slept before retries). ``timeout`` is the
+    deadline of a whole attempt, in seconds. ``key_hint`` names the variable the key came from, for a rejected key;
+    ``unreachable_fix`` what to do when the server cannot be reached (default: start it).
     """
 
     def __init__(self, base_url: str, *, label: str, secret: Secret, timeout: float, policy: RetryPolicy,
