@@ -26,6 +26,10 @@ ENV_VOYAGE_API_KEY = "VOYAGE_API_KEY"
 #: (then huggingface_hub's own timeouts and retries apply); for networks where the check misjudges.
 ENV_HUB_PROBE = "R2MED_HUB_PROBE"
 
+#: matplotlib's folder for its configuration and font cache; the CLI sets it to ``<R2MED_HOME>/matplotlib`` before
+#: matplotlib is imported (``Settings.cli_environment``), unless the user set it: nothing goes to ~/.cache or ~/.config
+ENV_MPLCONFIGDIR = "MPLCONFIGDIR"
+
 _TRUE = {"1", "true", "yes", "on"}
 
 
@@ -38,10 +42,23 @@ class Settings:
     hf_token: str | None
     openai_base_url: str | None = None
     hub_probe: bool = True
+    #: the user's MPLCONFIGDIR, if set
+    matplotlib_config: str | None = None
 
     @property
     def datasets_dir(self) -> Path:
         return self.home / "datasets"
+
+    def cli_environment(self) -> dict[str, str]:
+        """What the ``r2med`` command adds to its own process environment before it works (the library sets none):
+        matplotlib's config and cache folder under R2MED_HOME, unless the user chose one.
+
+        >>> get_settings({"R2MED_HOME": "/h"}).cli_environment()
+        {'MPLCONFIGDIR': '/h/matplotlib'}
+        >>> get_settings({"R2MED_HOME": "/h", "MPLCONFIGDIR": "/mine"}).cli_environment()
+        {}
+        """
+        return {} if self.matplotlib_config else {ENV_MPLCONFIGDIR: str(self.home / "matplotlib")}
 
 
 def get_settings(environ: dict[str, str] | None = None) -> Settings:
@@ -54,6 +71,7 @@ def get_settings(environ: dict[str, str] | None = None) -> Settings:
         hf_token=env.get(ENV_HF_TOKEN) or None,
         openai_base_url=(env.get(ENV_OPENAI_BASE_URL) or "").strip() or None,
         hub_probe=env.get(ENV_HUB_PROBE, "").strip().lower() not in {"0", "false", "no", "off"},
+        matplotlib_config=env.get(ENV_MPLCONFIGDIR) or None,
     )
 
 

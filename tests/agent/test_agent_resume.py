@@ -116,6 +116,8 @@ def test_killed_agent_resumes_without_repeating_a_request(style, scifact_subset,
         finished = cache_keys(cache)
         assert kill_after <= len(finished) < len(expected)  # killed midway
         assert not (cache.parent / "query_with_hydoc.jsonl").exists()  # the official files only come at the end
+        # the killed run held the folder's lock: its file stays behind (a name only), and blocks no rerun below
+        assert (cache.parent / ".r2med.lock").read_text().strip() == str(first.pid)
         assert not (cache.parent / "trajectories.jsonl").exists()
 
         # run 2: the same command, to the end

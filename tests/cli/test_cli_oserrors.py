@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -124,3 +125,54 @@ def test_a_real_bug_still_raises(cli, monkeypatch):
     monkeypatch.setattr(module, "cmd_datasets_list", bug)
     with pytest.raises(KeyError):
         cli("datasets", "list")
+
+
+@pytest.fixture
+def full_disk(monkeypatch):
+    """Every file r2med writes atomically lands on a full disk: its temporary file is made as usual, but its writes go
+    to /dev/full, where the kernel answers every write with ENOSPC (an OSError that names no file)."""
+    import types
+
+    from r2med.io import atomic
+
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full here")
+
+    def mkstemp(**kwargs):
+        fd, name = tempfile.mkstemp(**kwargs)
+        full = os.open("/dev/full", os.O_WRONLY)
+        os.dup2(full, fd)
+        os.close(full)
+        return fd, name
+
+    monkeypatch.setattr(atomic, "tempfile", types.SimpleNamespace(mkstemp=mkstemp))
+
+
+def test_a_full_disk_names_the_file(cli, tmp_path, full_disk):
+    out = tmp_path / "out"
+    result = cli("run", "--data-dir", DATA / "tiny", "--output", out, "--no-cache")
+    _no_traceback(result)
+    assert result.code == 6
+    match = re.fullmatch(r"r2med: error: No space left on device: (.+) \(run with -v for the traceback\)\n",
+                         result.err.splitlines(keepends=True)[-1])
+    assert match, result.err
+    named = Path(match.group(1))
+    assert named.parent.is_relative_to(out) and named.suffix in (".json", ".jsonl", ".run")
+    assert not named.exists()  # never half written
+    assert not [p for p in out.rglob("*.tmp")]  # and its temporary file removed
+
+
+def test_a_full_disk_under_the_response_cache_names_it(tmp_path):
+    from r2med.llm.cache import ResponseCache
+
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full here")
+    cache = ResponseCache(tmp_path / "generations.jsonl")
+    cache._handle = open("/dev/full", "wb")  # noqa: SIM115 - the cache closes it
+    with pytest.raises(OSError) as raised:
+        cache.append("k", {"text": "a paid answer"})
+    assert raised.value.errno == errno.ENOSPC and raised.value.filename == str(tmp_path / "generations.jsonl")
+    assert "k" not in cache
+    cache.append("k", {"text": "a paid answer"})  # space again: the file is reopened and the answer kept
+    cache.close()
+    assert ResponseCache(tmp_path / "generations.jsonl").get("k") == {"text": "a paid answer"}

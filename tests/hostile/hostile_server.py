@@ -1,6 +1,7 @@
 """An OpenAI-compatible server on loopback whose URL picks how it misbehaves: ``{base}/<behaviour>/v1``.
 
-Chat (``/chat/completions``), completions (``/completions``) and embeddings (``/embeddings``) are answered alike.
+Chat (``/chat/completions``), completions (``/completions``) and embeddings (``/embeddings``) are answered alike, and
+a GET of any path (a file download) with the completion's body.
 ``recovered = True`` makes every behaviour answer well (a server that came back). Requests are recorded by
 ``(path, prompt)`` with the outcome, so a test can check what a rerun sends again.
 """
@@ -67,6 +68,8 @@ class _Handler(BaseHTTPRequestHandler):
             getattr(self, "_" + behaviour.replace("-", "_"))(good, auth)
         except (BrokenPipeError, ConnectionResetError):
             pass
+
+    do_GET = do_POST  # a file download (``r2med.http.download``): the same behaviours
 
     def _send(self, status: int, data: bytes, headers: dict[str, str] | None = None) -> None:
         self.send_response(status)
@@ -163,7 +166,7 @@ class HostileServer:
     def url(self, behaviour: str) -> str:
         return f"http://127.0.0.1:{self._http.server_address[1]}/{behaviour}/v1"
 
-    def __enter__(self) -> HostileServer:
+    def __enter__(self) -> HostileServer:  # noqa: PYI034 - typing.Self needs Python 3.11
         threading.Thread(target=self._http.serve_forever, daemon=True).start()
         return self
 

@@ -4,6 +4,7 @@ no output, and after the server recovers a rerun finishes without sending a fini
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 import time
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from hostile_server import BEHAVIOURS, HostileServer
+from hostile_server import BEHAVIOURS, SURROGATE, HostileServer
 
 from conftest import DATA
 
@@ -80,3 +81,84 @@ def test_the_response_cache_keeps_a_lone_surrogate_losslessly(tmp_path):
     cache.close()
     assert b'"half \\ud83d here"' in path.read_bytes()  # its JSON escape: valid UTF-8 on disk
     assert ResponseCache(path).get("k") == {"text": "half \ud83d here", "n": 1}
+
+
+#: what no retry would change: an answer past the size bound, a rejected key
+ONE_ATTEMPT = ("endless", "huge", "echo-401")
+
+
+@pytest.mark.parametrize("behaviour", BEHAVIOURS)
+def test_the_embeddings_api_against_a_hostile_server(cli, server, small_answers, isolated_home, tmp_path, monkeypatch,
+                                                     behaviour):
+    """``--retriever openai:MODEL`` (POST /embeddings) under the same rules: its --timeout bounds an attempt, its
+    --max-retries the attempts; the key in no file or output; a rerun after recovery asks nothing already answered."""
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    monkeypatch.setenv("OPENAI_BASE_URL", server.url(behaviour))
+    data = tmp_path / "data"
+    shutil.copytree(DATA / "tiny", data / "Biology")
+    argv = ["run", "--retriever", "openai:m", "--data-dir", str(data), "--output", str(tmp_path / "out"),
+            "--timeout", "1", "--max-retries", "1"]
+    server.recovered = False
+    started = time.monotonic()
+    result = cli(*argv)
+    seconds = time.monotonic() - started
+    assert "Traceback" not in result.err, result.err
+    assert seconds < 30, f"embeddings against {behaviour} ran {seconds:.0f} s"  # two 1 s attempts a batch, and a wait
+    assert result.code == (0 if behaviour == "surrogate" else 6), (result.code, result.err)
+    if behaviour not in ("surrogate", *ONE_ATTEMPT):
+        assert "/embeddings" in result.err and "2 attempts" in result.err, result.err  # --max-retries 1: two
+    assert KEY not in result.out + result.err + _written(tmp_path, isolated_home)
+    answered = {k: v for k, v in server.requests.items() if k[0].endswith("/embeddings")}
+    server.recovered = True
+    again = cli(*argv)
+    assert again.code == 0, again.err
+    if behaviour == "surrogate":  # every batch of the first run is in the embedding cache: none is asked again
+        assert {k: v for k, v in server.requests.items() if k in answered} == answered
+    assert KEY not in again.out + again.err + _written(tmp_path, isolated_home)
+
+
+#: a download's outcome per behaviour: the bytes as sent (a download does not read them), or an error after how many
+#: attempts (--max-retries 1: two; what no retry changes: one)
+DOWNLOADS = {"slow": 2, "trickle": 2, "endless": 1, "huge": 1, "429": 2, "500": 2, "echo-401": 1,
+             "empty": b"", "bad-utf8": b'\xff\xfe{"choices": \x80}', "bad-json": b'{"choices": [',
+             "no-choices": b'{"choices": []}',
+             "surrogate": json.dumps({"choices": [{"text": SURROGATE, "finish_reason": "stop"}],
+                                      "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}}).encode(),
+             "echo-200": b'{"proxy": {"headers": {"Authorization": ""}}}'}  # a GET sends no key
+
+
+@pytest.mark.parametrize("behaviour", BEHAVIOURS)
+def test_a_download_from_a_hostile_server(server, behaviour):
+    """``--first-stage URL``'s GET (``r2med.http.download``) on the shared stack: a 1 s deadline per attempt holds
+    against a trickling or endless answer, retries as every request, the bytes returned exactly as sent."""
+    import threading
+
+    from r2med.errors import ProviderError
+    from r2med.http.download import download
+    from r2med.http.retry import RetryPolicy
+
+    server.recovered = False
+    url = f"{server.url(behaviour)}/runs/Biology.run"
+    before = sum(1 for seen, _ in server.log if seen == behaviour)
+    outcome: list = []
+
+    def get() -> None:
+        try:
+            outcome.append(download(url, timeout=1, max_bytes=2**20,
+                                    policy=RetryPolicy(max_retries=1, base_delay=0.01, max_delay=0.02)))
+        except Exception as exc:  # noqa: BLE001 - checked below
+            outcome.append(exc)
+
+    worker = threading.Thread(target=get, daemon=True)
+    worker.start()
+    worker.join(30)  # two attempts of 1 s: far under 30 s
+    assert not worker.is_alive(), f"a download from a {behaviour} server still running after 30 s"
+    sent = sum(1 for seen, _ in server.log if seen == behaviour) - before
+    expected = DOWNLOADS[behaviour]
+    if isinstance(expected, int):
+        assert isinstance(outcome[0], ProviderError), outcome
+        assert sent == expected
+        assert str(outcome[0]).startswith(f"download: GET {url}"), outcome[0]
+    else:
+        assert sent == 1
+        assert outcome[0] == expected

@@ -441,6 +441,7 @@ def run_agent(
                     "trajectories": out_dir / TRAJECTORIES_FILE, "summary": out_dir / SUMMARY_FILE}
     client = client or config.client(str(config.base_url), budget=Budget(max_requests=config.max_requests))
     cache = ResponseCache(report.paths["cache"])
+    cache.open_for_append()  # before the first request: an answer that cannot be kept is not paid for
     http = {"api_key": config.api_key(), "timeout": config.timeout, "max_retries": config.max_retries}
     if tokens is None and config.protocol_row.needs_tokens:
         from r2med.agent.tokens import token_counter

@@ -13,6 +13,7 @@ import argparse
 import difflib
 import importlib
 import logging
+import os
 import signal
 import sys
 import threading
@@ -124,6 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     saved = (logger.level, logger.propagate)
     _configure_logging(logging.ERROR if args.quiet else logging.INFO if args.verbose else logging.WARNING)
     previous = _stop_on_sigterm()
+    added = _set_environment()
     try:
         if args.quiet or getattr(args, "json", False):  # no bar at all: r2med's are off (progress=False), and these
             from r2med.io.progress import library_bars_off
@@ -131,13 +133,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             with library_bars_off():  # ...the hub's download bars and transformers' "Loading weights"
                 return _dispatch(parser, args)
         return _dispatch(parser, args)
-    finally:  # called in-process (tests, notebooks): leave the r2med logger and the SIGTERM handler as they were
+    finally:  # called in-process (tests, notebooks): leave the r2med logger, the SIGTERM handler and the environment
+        for name in added:
+            os.environ.pop(name, None)
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
         for handler in [h for h in logger.handlers if isinstance(h, _CliHandler)]:
             logger.removeHandler(handler)
         logger.setLevel(saved[0])
         logger.propagate = saved[1]
+
+
+def _set_environment() -> list[str]:
+    """Add ``Settings.cli_environment()`` to the process environment (matplotlib's folders under R2MED_HOME, before
+    any command imports matplotlib); the names added, to take away when ``main`` returns."""
+    from r2med.settings import get_settings
+
+    added = get_settings().cli_environment()
+    os.environ.update(added)
+    return list(added)
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -168,8 +182,6 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         print("r2med: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # output piped into head & co.
-        import os
-
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except OSError as exc:  # the last resort: a file system or network failure nothing above turned into an R2MedError

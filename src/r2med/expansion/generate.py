@@ -300,6 +300,7 @@ def generate_expansions(
 
         stopped: BudgetExceeded | None = None
         if jobs:
+            cache.open_for_append()  # before the first request: an answer that cannot be kept is not paid for
             client = client or ChatClient(config.llm_model, config.base_url, budget=config.budget)
             before = client.usage.as_dict()
             try:

@@ -1,4 +1,5 @@
-"""``JsonClient``: POSTs JSON to the paths of one base URL (and GETs them) through ``httpx2``, from threads or asyncio.
+"""``JsonClient``: POSTs JSON to the paths of one base URL (and GETs them) through ``httpx2``, from threads or asyncio,
+and GETs a file's bytes (``get_bytes``: a published run file) under the same deadline and retries.
 
 The one client of r2med's embedding, chat and completion requests. Each call runs the attempts of
 ``r2med.http.retry`` (one policy, one classification) through ``_attempts``, a generator that says when to send and
@@ -42,6 +43,8 @@ logger = logging.getLogger(__name__)
 Parse = Callable[[dict[str, Any], int], Any]
 #: ``(attempt) -> None``, called before each attempt (from 0); may raise to send nothing (a spent budget)
 Before = Callable[[int], None]
+#: ``(status, headers, redacted body, where=..., key_hint=...) -> Retry`` of a non-2xx answer, or raises (``status_retry``)
+Classify = Callable[..., Retry]
 _SEND = object()
 #: what one attempt gave: ``(status, headers, redacted body)`` or the transport's exception
 Sent = tuple[int, Any, str] | BaseException | None
@@ -50,7 +53,12 @@ MAX_ANSWER_BYTES = 256 * 2**20
 
 
 class AnswerTooLarge(OSError):
-    """An answer longer than ``MAX_ANSWER_BYTES``: the attempt is dropped, as a lost connection is."""
+    """An answer longer than ``MAX_ANSWER_BYTES`` (or a GET's ``max_bytes``): the attempt is dropped, as a lost
+    connection is, and not retried (the same request gets the same answer)."""
+
+    def __init__(self, message: str, *, hint: str = "; is --base-url the API's address?") -> None:
+        super().__init__(message)
+        self.hint = hint
 
 
 class _Background:
@@ -102,13 +110,16 @@ def _chain(exc: BaseException) -> list[BaseException]:
 class JsonClient:
     """JSON POSTs to ``base_url`` + a path, with retries; ``label`` starts every message (a provider, a model id).
 
-    ``stats`` receives ``requests``, ``retries`` and ``waited_s`` (seconds slept before retries). ``timeout`` bounds
-    connecting and each read, in seconds. ``key_hint`` names the variable the key came from, for a rejected key.
+    ``stats`` receives ``requests``, ``retries`` and ``waited_s`` (seconds slept before retries). ``timeout`` is the
+    deadline of a whole attempt, in seconds. ``key_hint`` names the variable the key came from, for a rejected key;
+    ``unreachable_fix`` what to do when the server cannot be reached (default: start it).
     """
 
     def __init__(self, base_url: str, *, label: str, secret: Secret, timeout: float, policy: RetryPolicy,
-                 stats: Counters | None = None, key_hint: str = "", rng: random.Random | None = None) -> None:
+                 stats: Counters | None = None, key_hint: str = "", rng: random.Random | None = None,
+                 unreachable_fix: str | None = None) -> None:
         self.base_url = base_url.rstrip("/")
+        self.unreachable_fix = unreachable_fix
         self.label = label
         self.timeout = timeout
         self.policy = policy
@@ -161,6 +172,20 @@ class JsonClient:
                 await asyncio.sleep(step)
         return outcome.value
 
+    def get_bytes(self, url: str, *, max_bytes: int, classify: Classify | None = None,
+                  sleep: Callable[[float], None] | None = None) -> bytes:
+        """The body of ``GET url`` (redirects followed), at most ``max_bytes``: the same attempts as ``post``, each
+        under one deadline of ``timeout`` seconds, from the background event loop. ``classify``: what a non-2xx
+        answer means (default ``status_retry``); ``sleep``: how to wait between attempts (tests)."""
+        outcome = _Outcome()
+        for step in self._attempts(url, _whole, None, outcome, method="GET", classify=classify):
+            if step is _SEND:
+                outcome.sent = _Background.get().run(self._aexchange(url, None, method="GET", max_bytes=max_bytes,
+                                                                     raw=True))
+            else:
+                (sleep or threading.Event().wait)(step)
+        return outcome.value
+
     def close(self) -> None:
         """Close the blocking ``post``'s connections (``aclose`` closes the running event loop's)."""
         background = _Background._current
@@ -173,10 +198,10 @@ class JsonClient:
             await client.aclose()
 
     # ------------------------------------------------------------------ the policy, once
-    def _attempts(self, url: str, parse: Parse, before: Before | None, outcome: _Outcome,
-                  method: str = "POST") -> Iterator[Any]:
+    def _attempts(self, url: str, parse: Parse, before: Before | None, outcome: _Outcome, *, method: str = "POST",
+                  classify: Classify | None = None) -> Iterator[Any]:
         """Yields ``_SEND`` (the driver puts what the attempt gave in ``outcome.sent``) or a delay in seconds; ends
-        with the parsed answer in ``outcome.value``, or raises."""
+        with the parsed answer in ``outcome.value`` (``get_bytes``: the body's bytes), or raises."""
         shown = safe_url(url)
         where = f"{self.label}: {method} {shown}"
         policy = self.policy
@@ -189,15 +214,19 @@ class JsonClient:
             if isinstance(sent, BaseException):
                 retry = self._transport_retry(sent, where)
             elif 200 <= sent[0] < 300:
+                if isinstance(sent[2], bytes):  # a file's GET (``get_bytes``): its bytes as they came
+                    outcome.value = sent[2]
+                    return
                 try:
                     outcome.value = parse(json_object(sent[2]), attempt + 1)
                     return
                 except BadAnswer as exc:
                     retry = Retry(str(exc))
             else:
-                retry = status_retry(sent[0], sent[1], sent[2], where=where, key_hint=self.key_hint)
+                retry = (classify or status_retry)(sent[0], sent[1], sent[2], where=where, key_hint=self.key_hint)
             if attempt == policy.max_retries:
-                raise exhausted(retry, label=self.label, url=shown, attempts=attempt + 1, method=method)
+                raise exhausted(retry, label=self.label, url=shown, attempts=attempt + 1, method=method,
+                                fix=self.unreachable_fix)
             delay = policy.delay(attempt, retry, where=where, rng=self._rng)
             self.stats.add("retries")
             self.stats.add("waited_s", delay)
@@ -213,7 +242,7 @@ class JsonClient:
         chain = _chain(exc)
         detail = self._shown(f"{type(exc).__name__}: {exc}")
         if isinstance(exc, AnswerTooLarge):  # the same request gets the same answer: no retry
-            raise ProviderError(f"{where}: {exc}; is --base-url the API's address?") from None
+            raise ProviderError(f"{where}: {exc}{exc.hint}") from None
         if isinstance(exc, (httpx2.TimeoutException, TimeoutError)):
             return Retry(f"timed out after {self.timeout:g} s")
         bad_cert = next((e for e in chain if isinstance(e, ssl.SSLCertVerificationError)), None)
@@ -264,20 +293,31 @@ class JsonClient:
     def _exchange(self, url: str, data: bytes) -> Sent:
         return _Background.get().run(self._aexchange(url, data))
 
-    async def _aexchange(self, url: str, data: bytes | None, method: str = "POST") -> Sent:
-        """One attempt under one deadline of ``timeout`` seconds: the status, headers and redacted body, or why not."""
+    async def _aexchange(self, url: str, data: bytes | None, *, method: str = "POST", max_bytes: int | None = None,
+                         raw: bool = False) -> Sent:
+        """One attempt under one deadline of ``timeout`` seconds: the status, headers and redacted body, or why not.
+        ``raw``: a file's GET (no API headers, redirects followed, a 2xx body returned as its bytes, as they came)."""
         try:
-            return await asyncio.wait_for(self._attempt(url, data, method), self.timeout)
+            return await asyncio.wait_for(self._attempt(url, data, method, max_bytes, raw), self.timeout)
         except _transport_errors() as exc:  # TimeoutError (the deadline) is an OSError
             return exc
 
-    async def _attempt(self, url: str, data: bytes | None, method: str = "POST") -> Sent:
-        async with self._async_client().stream(method, url, content=data, headers=self._headers()) as response:
+    async def _attempt(self, url: str, data: bytes | None, method: str, max_bytes: int | None, raw: bool) -> Sent:
+        client = self._async_client()
+        if raw:
+            request = client.stream("GET", url, headers={"User-Agent": "r2med"}, follow_redirects=True)
+        else:
+            request = client.stream(method, url, content=data, headers=self._headers())
+        async with request as response:
             body = bytearray()
             async for chunk in response.aiter_bytes():
                 body += chunk
-                if len(body) > MAX_ANSWER_BYTES:
+                if max_bytes is not None and len(body) > max_bytes:
+                    raise AnswerTooLarge(f"more than the {max_bytes} accepted bytes", hint="")
+                if len(body) > MAX_ANSWER_BYTES and max_bytes is None:
                     raise AnswerTooLarge(f"an answer longer than {MAX_ANSWER_BYTES // 2**20} MiB")
+        if raw and 200 <= response.status_code < 300:
+            return response.status_code, response.headers, bytes(body)
         return response.status_code, response.headers, self._shown(bytes(body).decode("utf-8", "replace"))
 
 

@@ -179,17 +179,22 @@ def status_retry(status: int, headers: Mapping[str, str], text: str, *, where: s
     return Retry(f"HTTP {status}: {message}", parse_retry_after(headers))
 
 
-def exhausted(retry: Retry, *, label: str, url: str, attempts: int, method: str = "POST") -> Exception:
-    """The error after the last of ``attempts`` to POST to ``url`` (shown without credentials) failed with ``retry``.
+#: what to do about a server that could not be reached (an API r2med POSTs to)
+START_SERVER = ("start the server first (e.g. `vllm serve MODEL --port 8000` or `llama-server -m MODEL.gguf --port "
+                "8080`) and pass its address as --base-url http://HOST:PORT/v1 (or $OPENAI_BASE_URL)")
+
+
+def exhausted(retry: Retry, *, label: str, url: str, attempts: int, method: str = "POST",
+              fix: str | None = None) -> Exception:
+    """The error after the last of ``attempts`` to ``method`` ``url`` (shown without credentials) failed with ``retry``;
+    ``fix``: what to do about an unreachable server (default: start it, ``START_SERVER``).
 
     >>> exhausted(Retry("HTTP 500: x"), label="m", url="http://h/v1/embeddings", attempts=3)
     ProviderError('m: POST http://h/v1/embeddings still failing after 3 attempts (2 retries); last error: HTTP 500: x')
     """
     if retry.unreachable:
-        return MissingResourceError(
-            f"{label}: cannot reach {url}: {retry.reason} on {attempts} attempts; start the server "
-            "first (e.g. `vllm serve MODEL --port 8000` or `llama-server -m MODEL.gguf --port 8080`) and pass its "
-            "address as --base-url http://HOST:PORT/v1 (or $OPENAI_BASE_URL)")
+        return MissingResourceError(f"{label}: cannot reach {url}: {retry.reason} on {attempts} attempts; "
+                                    f"{fix or START_SERVER}")
     return ProviderError(f"{label}: {method} {url} still failing after {attempts} attempts ({attempts - 1} retries); "
                          f"last error: {retry.reason}")
 

@@ -4,6 +4,9 @@ The temporary file is ``.<name>.<pid>-<random>.tmp``. A process killed in mid-wr
 write into the same directory removes the ones whose process is gone (``clean_temp_files``), so killed runs do
 not pile up half files. Every change of a stored file goes through ``_commit`` (a rename into place) or
 ``_unlink`` (a removal): the two points where a kill can fall between two files, and where tests inject one.
+
+An ``OSError`` that names no file (``No space left on device`` from a write, a flush or ``fsync``) is raised again
+naming the file being written (:func:`naming`), so that the user learns which disk filled up.
 """
 
 from __future__ import annotations
@@ -39,22 +42,44 @@ def write_atomic(path: Path, writer: Callable[[IO[Any]], None], *, binary: bool 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     clean_temp_files(path.parent)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}-", suffix=".tmp", dir=path.parent)
+    with naming(path):
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}-", suffix=".tmp", dir=path.parent)
     try:
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600 files; give the usual permissions
-        mode = {"mode": "wb"} if binary else {"mode": "w", "encoding": "utf-8", "newline": "\n"}
-        with os.fdopen(fd, **mode) as handle:
-            writer(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        record = _recorded.get()
-        if record is not None:
-            record[path] = digest_file(Path(tmp))
-        _commit(tmp, path)
+        with naming(path):
+            os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600 files; give the usual permissions
+            mode = {"mode": "wb"} if binary else {"mode": "w", "encoding": "utf-8", "newline": "\n"}
+            with os.fdopen(fd, **mode) as handle:
+                writer(handle)
+                handle.flush()
+                os.fsync(handle.fileno())
+            record = _recorded.get()
+            if record is not None:
+                record[path] = digest_file(Path(tmp))
+            _commit(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+@contextlib.contextmanager
+def naming(path: Path | str) -> Iterator[None]:
+    """Inside the block, an ``OSError`` without a file name is raised again (same errno, so the same class) naming
+    ``path``; the original is its cause.
+
+    >>> import errno
+    >>> with naming("/out/a.run"):
+    ...     raise OSError(errno.ENOSPC, "No space left on device")
+    Traceback (most recent call last):
+    ...
+    OSError: [Errno 28] No space left on device: '/out/a.run'
+    """
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is not None or exc.errno is None:
+            raise
+        raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
 
 
 def write_atomic_digest(path: Path, writer: Callable[[IO[Any]], None], *, binary: bool = False) -> Digest:

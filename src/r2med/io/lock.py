@@ -3,6 +3,9 @@
 A second r2med process that wants the same directory is refused at once (``ResultsBusyError``, exit 6) with the
 pid of the holder. The lock is the kernel's: it dies with its process, so a killed run leaves no stale lock
 (the file may stay; it is only a name). A run releases it, and removes the file, when it ends.
+
+The directory is checked writable before anything is made in it (``UsageError``, exit 2, naming it): a folder
+where nothing can be created is found before any work or paid request, not at its first write.
 """
 
 from __future__ import annotations
@@ -11,7 +14,9 @@ import os
 from pathlib import Path
 from types import TracebackType
 
-from r2med.errors import ResultsBusyError
+from r2med.errors import ResultsBusyError, UsageError
+from r2med.io.atomic import naming
+from r2med.io.dirs import dir_problem
 
 LOCK_NAME = ".r2med.lock"
 
@@ -29,8 +34,13 @@ class DirectoryLock:
     False
     """
 
-    def __init__(self, directory: Path | str) -> None:
+    def __init__(self, directory: Path | str, *, what: str = "the folder",
+                 fix: str = "make it writable, or write elsewhere",
+                 busy_fix: str = "wait for it to finish, or write to another --output") -> None:
         self.directory = Path(directory)
+        self.what = what
+        self.fix = fix
+        self.busy_fix = busy_fix
         self.path = self.directory / LOCK_NAME
         self._fd: int | None = None
 
@@ -39,9 +49,13 @@ class DirectoryLock:
         return self._fd is not None
 
     def acquire(self) -> None:
-        """Take the lock, or raise ``ResultsBusyError`` naming the process that holds it."""
+        """Take the lock, or raise ``ResultsBusyError`` naming the process that holds it (``UsageError`` when the
+        directory cannot be written: nothing is made in it)."""
         if self._fd is not None:
             return
+        problem = dir_problem(self.directory)
+        if problem is not None:
+            raise UsageError(f"{self.what} {self.directory}: {problem}; {self.fix}")
         try:
             import fcntl
         except ImportError:  # pragma: no cover - no flock on this platform: one writer is the user's to ensure
@@ -56,8 +70,7 @@ class DirectoryLock:
                 os.close(fd)
                 who = f" (pid {holder})" if holder else ""
                 raise ResultsBusyError(
-                    f"another r2med process{who} is using {self.directory} (it holds {self.path}); wait for it "
-                    "to finish, or write to another --output"
+                    f"another r2med process{who} is using {self.directory} (it holds {self.path}); {self.busy_fix}"
                 ) from None
             except BaseException:
                 os.close(fd)
@@ -69,8 +82,13 @@ class DirectoryLock:
             if same:
                 break
             os.close(fd)
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
+        try:
+            with naming(self.path):
+                os.ftruncate(fd, 0)
+                os.write(fd, f"{os.getpid()}\n".encode())
+        except BaseException:
+            os.close(fd)
+            raise
         self._fd = fd
 
     def release(self) -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from r2med.errors import InvalidInputError
+from r2med.io.atomic import naming
 from r2med.io.jsonsafe import loads
 from r2med.io.verified import read_log
 
@@ -100,6 +101,12 @@ class ResponseCache:
     def keys(self) -> list[str]:
         return list(self._records)
 
+    def open_for_append(self) -> None:
+        """Open the file for appending now (created when missing; a torn last line cut off): a file that cannot be
+        written fails here, before a request whose answer it could not keep is sent."""
+        with naming(self.path):
+            self._open()
+
     def _open(self) -> IO[bytes]:
         if self._handle is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -133,14 +140,27 @@ class ResponseCache:
         except UnicodeEncodeError:  # a lone surrogate: kept as its JSON escape, losslessly
             line = json.dumps({"key": key, **body})
             data = line.encode("utf-8")
-        handle = self._open()
-        handle.write(data + b"\n")
-        handle.flush()
-        if self.fsync:
-            os.fsync(handle.fileno())
+        with naming(self.path):
+            handle = self._open()
+            try:
+                handle.write(data + b"\n")
+                handle.flush()
+                if self.fsync:
+                    os.fsync(handle.fileno())
+            except OSError:  # a full disk: the line may be torn; the next append reopens the file and cuts it off
+                self._discard()
+                raise
         self._good_end = handle.tell()
         self._records[key] = json.loads(line)  # what a reader of the file gets back
         del self._records[key]["key"]
+
+    def _discard(self) -> None:
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            try:
+                handle.close()
+            except OSError:  # what it still buffered cannot be written either
+                pass
 
     def close(self) -> None:
         if self._handle is not None:

@@ -1,13 +1,35 @@
-"""The report's plots: matplotlib figures (the ``report`` extra) inlined as SVG text, escaped, with no date."""
+"""The report's plots: matplotlib figures (the ``report`` extra) inlined as SVG text, escaped, with no date.
+
+Names (systems, datasets) are plain text: every figure is made and drawn with matplotlib's ``text.parse_math`` off,
+so a name holding ``$`` is shown as written, never read as mathtext (where ``$$`` is an error).
+"""
 
 from __future__ import annotations
 
+import functools
 import io
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from r2med.errors import MissingExtraError
 from r2med.reporting.leaderboard import Row
 from r2med.reporting.tables import pct
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def plain_text(plot: F) -> F:
+    """Make and draw ``plot``'s figure with mathtext off: every text on it (titles, tick labels, notes) as written."""
+    @functools.wraps(plot)
+    def plotted(*args: Any, **kwargs: Any) -> Any:
+        try:
+            import matplotlib
+        except ImportError:
+            raise MissingExtraError("matplotlib", "report", "the report's plots") from None
+        with matplotlib.rc_context({"text.parse_math": False, "text.usetex": False}):
+            return plot(*args, **kwargs)
+
+    return plotted  # type: ignore[return-value]
 
 
 def _figure(width: float, height: float):
@@ -31,6 +53,7 @@ def figure_svg(fig, salt: str):
     return Markup(text[text.index("<svg"):])  # matplotlib escapes every text it writes into the SVG
 
 
+@plain_text
 def leaderboard_svg(rows: Sequence[Row], datasets: Sequence[str], average: str = "Avg"):
     """One horizontal bar panel per dataset and for the average (x100, titled ``average``); published rows grey."""
     labels = [f"{r.name} [paper]" if r.published else r.system for r in rows]
@@ -58,6 +81,7 @@ def leaderboard_svg(rows: Sequence[Row], datasets: Sequence[str], average: str =
     return figure_svg(fig, "leaderboard")
 
 
+@plain_text
 def win_loss_svg(comparison):
     """Per tested dataset, each query's A - B (x100), sorted: wins green, losses red."""
     tested = [r for r in comparison.datasets if r.test is not None]

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from r2med.errors import DamagedFileError, InvalidInputError
-from r2med.io.atomic import remove_file
+from r2med.io.atomic import naming, remove_file
 from r2med.io.jsonsafe import loads
 from r2med.io.verified import LogSeal, read_log, sidecar
 
@@ -137,7 +137,7 @@ class ScoreCache:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if self._restart:  # the checksum goes first: a kill in between leaves an unchecked file, read line by line
             remove_file(sidecar(self.path))
-        with self.path.open("r+b" if self.path.exists() else "w+b") as handle:
+        with naming(self.path), self.path.open("r+b" if self.path.exists() else "w+b") as handle:
             size = handle.seek(0, os.SEEK_END)
             if size > self._good_end:
                 if self._restart:

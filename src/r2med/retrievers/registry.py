@@ -188,14 +188,15 @@ def system_name(name: str | os.PathLike[str], *, flag: str = "--retriever") -> s
                       fix="pass the model's directory or hub id (its last part names the results folder)")
 
 
-def _api_encoder(spec):
+def _api_encoder(spec, options: DenseOptions):
     from r2med.retrievers.dense.api import OpenAIEmbeddings, VoyageEmbeddings
 
     # as the authors' code sent texts: newlines flattened, JSON-quoted, cut to 6000 / 16000 tokens
     env = {"api_key_env": spec.api_key_env} if spec.api_key_env else {}  # the zoo names the key's variable
+    http = {"timeout": options.timeout, "max_retries": options.max_retries}
     if "voyage" in spec.model:
-        return VoyageEmbeddings(spec.model, preprocess="r2med", max_input_tokens=16000, **env)
-    return OpenAIEmbeddings(spec.model, preprocess="r2med", max_input_tokens=6000, **env)
+        return VoyageEmbeddings(spec.model, preprocess="r2med", max_input_tokens=16000, **env, **http)
+    return OpenAIEmbeddings(spec.model, preprocess="r2med", max_input_tokens=6000, **env, **http)
 
 
 def _resolve_zoo(name: str, options: DenseOptions):
@@ -229,7 +230,7 @@ def _dense(rspec: RetrieverSpec, options: DenseOptions, runtime: Runtime) -> Ret
     from r2med.retrievers.dense.factory import make_encoder
 
     spec = _resolve_zoo(rspec.name, options)
-    encoder = (_api_encoder(spec) if spec.backend == "api"
+    encoder = (_api_encoder(spec, options) if spec.backend == "api"
                else make_encoder(spec, device=options.device, batch_size=options.batch_size))
     return _searcher(_dense_system(rspec, options), encoder, options, runtime,
                      lambda dataset: (spec.instruction("query", dataset), spec.instruction("document", dataset)))
@@ -281,7 +282,8 @@ def _remote(spec: RetrieverSpec, options: DenseOptions, runtime: Runtime) -> Ret
     from r2med.retrievers.dense.api import OpenAIEmbeddings
 
     model = _remote_model(spec)
-    encoder = OpenAIEmbeddings(model, batch_size=options.batch_size or 128)
+    encoder = OpenAIEmbeddings(model, batch_size=options.batch_size or 128, timeout=options.timeout,
+                               max_retries=options.max_retries)
     return _searcher(system_name(model), encoder, options, runtime)
 
 

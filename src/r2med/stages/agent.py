@@ -6,6 +6,12 @@ writes its official expansion file, trajectories and response cache under
 answers). The stage's run is the agent's own ranking (every document its searches returned, RRF over its
 searches), stored under ``agent/<style>/<llm>/<retriever>/`` with the trajectories beside it
 (``<Dataset>.trajectories.jsonl``). A judged query the agent never searched for counts as 0 (``judged_all``).
+
+The expansion folder is locked (``<folder>/.r2med.lock``) before anything in it is read or written: a second agent
+with the same LLM name and ``R2MED_HOME`` (whatever its ``--output``) is refused (exit 6) and changes nothing. The
+manifest of the stage's result records the digests of the folder's expansion file and trajectories: a stored result
+is reused only while they are what this run wrote (``stored_problem``), else it is made again (from the response
+cache: no answer is requested twice).
 """
 
 from __future__ import annotations
@@ -15,15 +21,24 @@ from typing import Any
 
 from r2med.agent.config import AgentConfig
 from r2med.agent.loop import run_agent
-from r2med.agent.outputs import AgentReport
+from r2med.agent.outputs import TRAJECTORIES_FILE, AgentReport
 from r2med.datasets.model import Dataset
 from r2med.errors import IncompleteResultError
+from r2med.io.atomic import recorded_writes
+from r2med.io.digest import Digest, digest_file
+from r2med.io.lock import DirectoryLock
 from r2med.retrievers.base import Retriever
 from r2med.settings import Settings, get_settings
 from r2med.stages.base import component_key
-from r2med.store.expansions import expansion_dir, llm_dir_name
+from r2med.store.expansions import EXPANSION_FILE, expansion_dir, llm_dir_name
 from r2med.store.results import SystemPath
 from r2med.types import Run
+
+#: the files of the expansion folder a stored result depends on (``r2med run --expansion`` reads the first)
+FOLDER_FILES = (EXPANSION_FILE, TRAJECTORIES_FILE)
+FOLDER_FIX = "make it writable, or set R2MED_HOME to a writable directory"
+BUSY_FIX = ("wait for it to finish (both would write the same files: this run changed nothing), or give this agent "
+            "its own folder with --llm-name")
 
 
 class Agent:
@@ -52,6 +67,7 @@ class Agent:
         self.where = SystemPath.agent(self.agent_config.style, self.llm, retriever.name)
         self.ignore_identical_ids = retriever.ignore_identical_ids
         self._reports: dict[str, AgentReport] = {}
+        self._written: dict[str, dict[str, Digest]] = {}
         self._knowledge_searcher: Any = None
 
     def out_dir(self, dataset: Dataset) -> Path:
@@ -73,6 +89,16 @@ class Agent:
         }
 
     def run(self, dataset: Dataset) -> Run:
+        folder = self.out_dir(dataset)
+        with DirectoryLock(folder, what="the agent's expansion folder", fix=FOLDER_FIX, busy_fix=BUSY_FIX) as lock:
+            lock.acquire()  # before the folder is read or written, before the first request
+            with recorded_writes() as written:
+                run = self._run(dataset, folder)
+        self._written[dataset.name] = {path.name: digest for path, digest in written.items()
+                                       if path.parent == folder and path.name in FOLDER_FILES}
+        return run
+
+    def _run(self, dataset: Dataset, folder: Path) -> Run:
         from r2med.agent.search import open_searcher
 
         corpus, source = self._corpus(dataset)
@@ -81,7 +107,7 @@ class Agent:
         else:  # one knowledge corpus for every dataset: opened once
             self._knowledge_searcher = self._knowledge_searcher or open_searcher(self.retriever, corpus, source=source)
             searcher = self._knowledge_searcher
-        report = run_agent(dataset, self.agent_config, searcher, out_dir=self.out_dir(dataset), client=self.client,
+        report = run_agent(dataset, self.agent_config, searcher, out_dir=folder, client=self.client,
                            template_given=self.template_given,
                            top_k=self.top_k, progress=self.progress)
         self._reports[dataset.name] = report
@@ -97,7 +123,27 @@ class Agent:
         report = self._reports.get(dataset.name)
         if report is None:
             return {}
-        return {"agent": {k: v for k, v in report.as_dict().items() if k != "failures"}}
+        files = {name: digest.to_json() for name, digest in sorted(self._written.get(dataset.name, {}).items())}
+        return {"agent": {k: v for k, v in report.as_dict().items() if k != "failures"}, "expansion_folder": files}
+
+    def stored_problem(self, dataset: Dataset, details: dict[str, Any]) -> str | None:
+        """Why a stored result of this agent must not be reused: a file of its expansion folder is missing or is not
+        what the run that stored the result wrote (another process, an edit); ``None`` when every one is."""
+        folder = self.out_dir(dataset)
+        recorded = details.get("expansion_folder")
+        if not isinstance(recorded, dict) or not recorded:
+            return f"its manifest records no digest of the files in {folder}"
+        for name, value in sorted(recorded.items()):
+            path = folder / name
+            try:
+                expected = Digest.from_json(value)
+            except ValueError:
+                return f"its manifest's digest of {path} is damaged"
+            if not path.is_file():
+                return f"{path} is missing"
+            if digest_file(path) != expected:
+                return f"{path} is not the file this result was made with (changed since)"
+        return None
 
     def artifacts(self, dataset: Dataset) -> dict[str, list[dict[str, Any]]]:
         report = self._reports.get(dataset.name)

@@ -22,7 +22,9 @@ class Stage(Protocol):
     ``details(dataset)`` adds facts to the manifest (LLM usage, fallbacks) and ``artifacts(dataset)``
     names extra JSONL files (``{"windows": [rows]}`` -> ``<Dataset>.windows.jsonl``) stored beside the result.
     A stage may set ``judged_all = True``: judged queries missing from its run then count as 0 (an agent's query
-    without a search); by default only queries in both are averaged, as the official numbers were.
+    without a search); by default only queries in both are averaged, as the official numbers were. A stage whose
+    result depends on files outside its result set (the agent's expansion folder) may define
+    ``stored_problem(dataset, details) -> str | None``: the runner reuses a stored result only when it says None.
     """
 
     where: SystemPath

@@ -19,13 +19,18 @@ from r2med.errors import IncompleteResultError
 from r2med.evaluation import evaluate
 from r2med.io.atomic import recorded_writes, write_jsonl_atomic
 from r2med.io.lock import DirectoryLock
-from r2med.manifest import build_manifest, write_manifest
+from r2med.manifest import build_manifest, load_manifest, write_manifest
 from r2med.stages.base import DatasetResult, FileStage, ProductResult, Stage
 from r2med.stages.products import retire, stored_product, write_product
 from r2med.store.result_set import reusable_scores
 from r2med.store.results import result_files, write_result
 
 logger = logging.getLogger(__name__)
+
+#: what to do about a product's folder that cannot be written, or that another process is writing
+FOLDER_FIX = "make it writable, or set R2MED_HOME (or the command's output folder) to a writable directory"
+BUSY_FIX = ("wait for it to finish (it writes the same files: this run changed nothing), or give this run its own "
+            "folder (--llm-name, --out)")
 
 #: a dataset, or a zero-argument loader called when its turn comes
 DatasetSource = Dataset | Callable[[], Dataset]
@@ -83,6 +88,12 @@ def run_stage(
         config = stage_config(stage, dataset)
         files = result_files(output, stage.where, dataset.name)
         scores = reusable_scores(files, config, dataset=dataset.name) if resume else None
+        if scores is not None and hasattr(stage, "stored_problem"):  # files outside the result set it depends on
+            problem = stage.stored_problem(dataset, (load_manifest(files.result) or {}).get("details") or {})
+            if problem is not None:
+                logger.warning("%s: the stored result %s is not reused: %s; making it again", dataset.name,
+                               files.result, problem)
+                scores = None
         if scores is not None:
             logger.info("%s: reusing the stored result %s (same configuration and data)", dataset.name, files.result)
             return DatasetResult(dataset.name, scores, files, 0.0, reused=True), None
@@ -119,7 +130,7 @@ def run_file_stage(
     def step(dataset: Dataset, start: float) -> tuple[ProductResult, str | None]:
         folder = stage.folder(dataset)
         anchor = folder / f"{stage.anchor}.json"
-        with DirectoryLock(folder) as lock:
+        with DirectoryLock(folder, what=f"the folder of {stage.name}", fix=FOLDER_FIX, busy_fix=BUSY_FIX) as lock:
             lock.acquire()
             config = {"system": stage.name, **stage.config(dataset), "dataset": data_key(dataset)}
             details = stored_product(anchor, config, dataset=dataset.name) if resume else None

@@ -16,3 +16,7 @@ class DenseOptions:
     batch_size: int | None = option(None, "texts per encoding batch (default: the model's)", minimum=1, keyed=False)
     query_instruction: str | None = option(None, "instruction prepended to every query (overrides the zoo's)")
     doc_instruction: str | None = option(None, "instruction prepended to every document (overrides the zoo's)")
+    # the same flags, defaults and words as an LLM's (r2med.llm.endpoint): one --timeout for every server a command calls
+    timeout: float = option(300.0, "deadline of each request attempt in seconds: connecting, sending and the whole "
+                            "answer", minimum=0.001, keyed=False)
+    max_retries: int = option(5, "retries per request", minimum=0, keyed=False)
