@@ -299,3 +299,21 @@ def test_seeds_a_greedy_protocol_or_conflicting_flags_refuse(cli, two_queries, t
     result = cli("agent", "--llm-model", "test-model", "--base-url", "http://127.0.0.1:9/v1", "--chat-template",
                  "chatml", *args, "--data-dir", two_queries, "--output", tmp_path / "out")
     assert result.code == 2 and message in result.err, result.err
+
+
+def test_a_pipeline_file_names_a_server_and_takes_no_seeds(tmp_path):
+    from r2med.config import parse_spec
+    from r2med.errors import InvalidInputError
+
+    table = {"style": "search-r1", "llm_model": "m", "base_url": "http://x/v1"}
+    spec = parse_spec({"agent": {**table, "search_with": "http://10.0.0.5:8000/retrieve", "search_wait": 0.5}},
+                      base=tmp_path)
+    assert spec.agent.search_with == "http://10.0.0.5:8000/retrieve" and spec.agent.config.search_wait == 0.5
+    with pytest.raises(InvalidInputError, match=r"\[agent\]: unknown key\(s\) seeds"):
+        parse_spec({"agent": {**table, "seeds": [1, 2]}}, base=tmp_path)
+
+
+def test_a_server_searches_its_own_corpus_not_a_knowledge_dir(cli, two_queries, tmp_path):
+    result = cli("agent", *R1, "--base-url", "http://127.0.0.1:9/v1", "--search-with", "http://127.0.0.1:9/retrieve",
+                 "--knowledge-dir", two_queries, "--data-dir", two_queries, "--output", tmp_path / "out")
+    assert result.code == 2 and "searches the server's corpus; drop --knowledge-dir" in result.err, result.err

@@ -4,7 +4,9 @@ For each query the model continues one text (``r2med.agent.styles``): it reasons
 corpus is searched (``r2med.agent.search``), the results are appended (Search-R1: the passages; Search-o1:
 what a Reason-in-Documents call condensed from them), and the model continues, until it answers, stops
 without a search, runs out of tokens, or reaches the search or turn limit. Queries run concurrently
-(``concurrency`` requests in flight); one query's failure never stops the others.
+(``concurrency`` requests in flight); one query's failure never stops the others. A retrieval server
+(``--search-with URL``, ``r2med.agent.remote``) gets the searches of concurrent queries in one request
+(``_batched_search``).
 
 Every LLM response is appended to ``<out>/agent-cache.jsonl`` before it is used (keyed by model, prompt,
 stop strings and sampling): a killed run, rerun, replays the finished requests from the cache and sends
