@@ -72,7 +72,7 @@ class AgentSpec:
     ``knowledge_dir`` (a corpus it searches instead of each dataset's own)."""
 
     config: AgentConfig
-    search_with: RetrieverSpec = field(default_factory=lambda: RetrieverSpec("bm25"))
+    search_with: RetrieverSpec | str = field(default_factory=lambda: RetrieverSpec("bm25"))  # str: a server's URL
     knowledge_dir: Path | None = None
 
 
@@ -217,6 +217,10 @@ def _agent(table: dict[str, Any], where: str, base: Path) -> AgentSpec:
     if not isinstance(search_with, str):
         raise InvalidInputError(f"{where}: search_with must be a string, got {search_with!r} (write it in quotes)")
     knowledge = _path(table["knowledge_dir"], base, f"{where}: knowledge_dir") if "knowledge_dir" in table else None
+    from r2med.agent.remote import is_server_url
+
+    if is_server_url(search_with):  # a Search-R1-compatible retrieval server
+        return AgentSpec(config, search_with, knowledge)
     try:
         search = RetrieverSpec.parse(search_with, where=f"{where} search_with {search_with!r}")
     except UsageError as exc:

@@ -83,10 +83,23 @@ def _run(spec: PipelineSpec, named: list, loaders: list, lock: DirectoryLock, *,
 
             knowledge = load_corpus(spec.agent.knowledge_dir)
         search = spec.agent.search_with
-        agent = Agent(spec.agent.config, make_retriever(search, cache_dir=cache_dir, progress=progress),
-                      knowledge=knowledge, settings=settings, top_k=spec.top_k, client=client, progress=progress,
-                      search_key=search.key())
-        first = FirstStage.resolve(str(run(agent)), output=spec.output)
+        configs = spec.agent.config.seeded()  # one run per seed of --seeds/--runs
+        if len(configs) > 1 and spec.reranker is not None:
+            raise UsageError("--seeds/--runs stores one agent run per seed; rerank each stored run separately")
+        if isinstance(search, str):  # a retrieval server (r2med.agent.remote)
+            from r2med.agent.remote import ServerSearch
+
+            if knowledge is not None:
+                raise UsageError(f"--search-with {search} searches the server's corpus; drop --knowledge-dir")
+            config = spec.agent.config
+            searcher: Any = ServerSearch(search, timeout=config.timeout, max_retries=config.max_retries)
+            key = None
+        else:
+            searcher, key = make_retriever(search, cache_dir=cache_dir, progress=progress), search.key()
+        for config in configs:
+            agent = Agent(config, searcher, knowledge=knowledge, settings=settings, top_k=spec.top_k, client=client,
+                          progress=progress, search_key=key)
+            first = FirstStage.resolve(str(run(agent)), output=spec.output)
     else:
         from r2med.retrievers.registry import make_retriever
 

@@ -65,6 +65,13 @@ class AgentConfig(LLMOptions):
                                         "learned from the server (vLLM's /v1/models max_model_len, llama.cpp's /props "
                                         "context per slot); max-tokens is clamped to what is left and a query whose "
                                         "prompt fills it ends context-full", minimum=1, keyed=False)
+    search_wait: float = option(0.05, "--search-with URL: seconds a search waits for the searches of other queries "
+                                "to join its request (it goes at once when every running query waits for one)",
+                                minimum=0, keyed=False)
+    seeds: list[int] | None = option(None, "a sampled protocol's runs: one stored run per seed (each under "  # noqa: RUF009
+                                     "LLM-seedN) and their mean and sample sd; a greedy one refuses more than one",
+                                     keyed=False, in_file=False, metavar="S1,S2,...")
+    runs: int | None = option(None, "as --seeds 1,...,N", minimum=1, keyed=False, in_file=False)
     policy: str = option("fallback", "a query the agent did not answer: fallback = the plain question as hy_doc, "
                          "authors = the whole output, error = leave it out (a failed query)", choices=POLICIES,
                          flag="--answer-policy", aliases=("answer_policy",))
@@ -94,6 +101,31 @@ class AgentConfig(LLMOptions):
             raise UsageError(f"max-searches must be at least 0, got {self.max_searches}")
         if self.chat_template is not None and not self.chat_template.startswith(MODEL_TEMPLATE):
             templates().get(self.chat_template)
+        if self.seeds is not None and self.runs is not None:
+            raise UsageError("pass --seeds or --runs, not both (--runs N is --seeds 1,...,N)")
+        if self.seeds is not None and (not self.seeds or len(set(self.seeds)) != len(self.seeds)):
+            raise UsageError(f"--seeds needs distinct seeds, got {','.join(map(str, self.seeds))}")
+        if self.seed_list() and self.seed is not None:
+            raise UsageError(f"--seed {self.seed} and --seeds/--runs: pass one of them")
+
+    def seed_list(self) -> list[int] | None:
+        """The seeds of ``--seeds`` or ``--runs N`` (1..N), or None (one run, ``seed`` as given)."""
+        if self.runs is not None:
+            return list(range(1, self.runs + 1))
+        return list(self.seeds) if self.seeds is not None else None
+
+    def seeded(self) -> list[AgentConfig]:
+        """One config per seed of ``--seeds``/``--runs`` (its ``seed`` set, its results under ``LLM-seedN``), or
+        ``[self]``. A greedy protocol (temperature 0) gives the same run for every seed: more than one is refused."""
+        seeds = self.seed_list()
+        if seeds is None:
+            return [self]
+        resolved = self.resolved()
+        if len(seeds) > 1 and resolved.temperature == 0:
+            raise UsageError(f"protocol {resolved.protocol} is greedy (temperature 0): every seed gives the same run, "
+                             "so one run is its result; drop --seeds/--runs, or sample (e.g. --temperature 0.7) "
+                             "to measure the spread of a sampled agent")
+        return [replace(self, seeds=None, runs=None, seed=seed, llm_name=f"{self.name}-seed{seed}") for seed in seeds]
 
     @property
     def name(self) -> str:

@@ -4,7 +4,9 @@ For each query the model continues one text (``r2med.agent.styles``): it reasons
 corpus is searched (``r2med.agent.search``), the results are appended (Search-R1: the passages; Search-o1:
 what a Reason-in-Documents call condensed from them), and the model continues, until it answers, stops
 without a search, runs out of tokens, or reaches the search or turn limit. Queries run concurrently
-(``concurrency`` requests in flight); one query's failure never stops the others.
+(``concurrency`` requests in flight); one query's failure never stops the others. A retrieval server
+(``--search-with URL``, ``r2med.agent.remote``) gets the searches of concurrent queries in one request
+(``_batched_search``).
 
 Every LLM response is appended to ``<out>/agent-cache.jsonl`` before it is used (keyed by model, prompt,
 stop strings and sampling): a killed run, rerun, replays the finished requests from the cache and sends
@@ -100,6 +102,13 @@ class _Engine:
         self.extra = self.style.extra(config.llm_model)
         #: key -> the request for it now in flight (a second query asking the same waits for it)
         self.in_flight: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        #: a retrieval server (``--search-with URL``): searches of concurrent queries go in one request
+        self.batched = bool(getattr(searcher, "batched", False))
+        self.active = self.searching = 0  # queries running; of them, waiting for a search
+        self.search_waiting: dict[str, asyncio.Future[list[tuple[str, float]]]] = {}
+        self.search_sent: dict[str, asyncio.Future[list[tuple[str, float]]]] = {}
+        self.search_task: asyncio.Future[None] | None = None
+        self.search_timer: asyncio.TimerHandle | None = None
 
     # ------------------------------------------------------------------ LLM and search
     def params(self, *, reason_in_documents: bool = False) -> Any:
@@ -161,16 +170,90 @@ class _Engine:
         self.report.llm_calls += 1
         return record
 
+    def contents(self, docid: str) -> str:
+        """A returned document as Search-R1's passages show it (a server's contents as it sent them)."""
+        if self.batched:
+            return self.searcher.contents[docid]
+        return search_r1_contents(docid, self.searcher.documents[docid])
+
+    def text(self, docid: str) -> str:
+        """A returned document's text (Search-o1's documents)."""
+        return self.searcher.text(docid) if self.batched else self.searcher.documents[docid]
+
     async def search(self, query: str) -> list[tuple[str, float]]:
         """The top k of ``query``; a query searched before in this run is answered from the run's search cache."""
         if query in self.search_cache:
             self.report.repeated_searches += 1
             return self.search_cache[query]
+        if self.batched:
+            return await self._batched_search(query)
         loop = asyncio.get_running_loop()
         hits = await loop.run_in_executor(self.executor, self.searcher.search, [query], int(self.config.search_top_k))
         self.report.search_calls += 1
         self.search_cache[query] = hits[0]
         return hits[0]
+
+    # ------------------------------------------------------------------ a retrieval server's batches
+    async def _batched_search(self, query: str) -> list[tuple[str, float]]:
+        """``query``'s top k from a retrieval server, in one request with the searches of the other queries.
+
+        One request at a time: searches asked while one is in flight wait for the next. The next goes at once when
+        every running query waits for a search (Search-R1's batched rollout: one request per round), else when
+        the first of them has waited ``search_wait`` seconds (queries still generating join a later one)."""
+        future = self.search_waiting.get(query) or self.search_sent.get(query)
+        if future is not None:  # the same text asked by another query: one search answers both
+            self.report.repeated_searches += 1
+        else:
+            future = self.search_waiting[query] = asyncio.get_running_loop().create_future()
+        self.searching += 1
+        try:
+            self._maybe_send()
+            return list(await asyncio.shield(future))
+        finally:
+            self.searching -= 1
+
+    def _maybe_send(self) -> None:
+        if self.search_task is not None or not self.search_waiting:
+            return
+        if self.searching >= self.active or self.halt is not None:
+            self._send_batch()
+        elif self.search_timer is None:
+            self.search_timer = asyncio.get_running_loop().call_later(float(self.config.search_wait), self._send_batch)
+
+    def _send_batch(self) -> None:
+        if self.search_timer is not None:
+            self.search_timer.cancel()
+            self.search_timer = None
+        if self.search_task is not None or not self.search_waiting:
+            return
+        batch, self.search_waiting = self.search_waiting, {}
+        self.search_sent = batch
+        self.search_task = asyncio.ensure_future(self._send(batch))
+
+    async def _send(self, batch: dict[str, asyncio.Future[list[tuple[str, float]]]]) -> None:
+        try:
+            found = await self.searcher.asearch(list(batch), int(self.config.search_top_k))
+        except BaseException as exc:  # noqa: BLE001 - every query waiting for this request gets its failure
+            for future in batch.values():
+                if not future.done():
+                    future.set_exception(exc)
+                    future.exception()  # retrieved: a query that left does not warn
+        else:
+            self.report.search_calls += len(batch)
+            self.report.search_requests += 1
+            for (query, future), hits in zip(batch.items(), found):
+                self.search_cache[query] = hits
+                if not future.done():
+                    future.set_result(hits)
+        finally:
+            self.search_task, self.search_sent = None, {}
+            self._maybe_send()
+
+    def _leave(self) -> None:
+        """A query's loop ended: the searches of the others may now all be waiting."""
+        self.active -= 1
+        if self.batched:
+            self._maybe_send()
 
     # ------------------------------------------------------------------ one query
     async def run_query(self, qid: str, question: str) -> dict[str, Any]:
@@ -183,6 +266,9 @@ class _Engine:
         row: dict[str, Any] = {"id": qid, "question": question, "style": style.name, "llm": self.config.name,
                                "prompt": prompt, "turns": [], "searches": [], "output": "", "stop_reason": None,
                                "answer": None, "error": None}
+        if self.batched:  # the server searched (its URL, and its corpus where it says)
+            row["search_server"] = self.searcher.config()
+        self.active += 1
         try:
             await self.loops[self.protocol.loop](self, row)
         except _ContextFull as full:  # no room for another generation: the query ends here, its output kept
@@ -210,6 +296,8 @@ class _Engine:
         except Exception as exc:
             logger.warning("query %r failed: %s: %s", qid, type(exc).__name__, exc, exc_info=logger.isEnabledFor(10))
             row["stop_reason"], row["error"] = "error", f"{type(exc).__name__}: {exc}"
+        finally:
+            self._leave()
         row["answer"] = answer_of(self.protocol.answer_rule, row)
         return row
 
@@ -260,7 +348,7 @@ class _Engine:
             passages = ""
             if query:  # infer.py:119: an empty query (or none) gets '' as its results
                 hits = await self.search(query.strip())
-                passages = st.r1_passages([search_r1_contents(did, self.searcher.documents[did]) for did, _ in hits])
+                passages = st.r1_passages([self.contents(did) for did, _ in hits])
                 row["searches"].append(_search_row(query.strip(), hits))
             else:
                 row["turns"][-1]["note"] = "no search query: empty results"
@@ -318,8 +406,7 @@ class _Engine:
                 passages = ""
                 if content:  # an empty query searches nothing (a retriever has no results for it)
                     hits = await self.search(content)
-                    passages = st.r1_passages([search_r1_contents(did, self.searcher.documents[did])
-                                               for did, _ in hits])
+                    passages = st.r1_passages([self.contents(did) for did, _ in hits])
                     row["searches"].append(_search_row(content, hits))
                 observation = st.R1_EVAL_OBSERVATION.format(search_results=passages.strip())
                 last_query = content
@@ -383,7 +470,7 @@ class _Engine:
                 row["turns"][-1]["note"] = "repeated query message"
                 continue
             hits = await self.search(query)
-            documents = st.o1_documents([(did, self.searcher.documents[did]) for did, _ in hits])
+            documents = st.o1_documents([(did, self.text(did)) for did, _ in hits])
             condense = st.O1_REASON_IN_DOCUMENTS.format(prev_reasoning=st.o1_prev_reasoning(row["output"]),
                                                         search_query=query, document=documents)
             raw = await self.generate(self.template.wrap(condense), (), reason_in_documents=True)
@@ -480,9 +567,10 @@ def run_agent(
         try:
             return list(await asyncio.gather(*(one(q, t) for q, t in dataset.queries.items())))
         finally:
-            aclose = getattr(client, "aclose", None)
-            if aclose is not None:
-                await aclose()
+            for closing in (client, searcher):
+                aclose = getattr(closing, "aclose", None)
+                if aclose is not None:
+                    await aclose()
 
     try:
         rows = run_sync(lambda _send: main())

@@ -39,6 +39,8 @@ class AgentReport:
     cached_calls: int = 0
     search_calls: int = 0
     repeated_searches: int = 0
+    #: HTTP requests to a retrieval server (``--search-with URL``): each carries the searches of concurrent queries
+    search_requests: int = 0
     searches: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -160,4 +162,27 @@ def expansion_rows(dataset: Dataset, config: AgentConfig, rows: list[dict[str, A
                     "fell_back": fell_back})
     report.stop_reasons = dict(sorted(reasons.items()))
     report.written = len(out)
+    return out
+
+
+def seed_spread(tables: dict[int, dict[str, dict[str, float]]]) -> dict[str, dict[str, dict[str, float | int | None]]]:
+    """Per dataset and measure, the mean and the sample standard deviation (n - 1, as agent papers report runs)
+    over the seeded runs' score tables (``{seed: summarise(...)}``); ``sd`` is None for one run.
+
+    >>> spread = seed_spread({1: {"A": {"ndcg_at_10": 0.2}}, 2: {"A": {"ndcg_at_10": 0.4}},
+    ...                       3: {"A": {"ndcg_at_10": 0.3}}})
+    >>> spread["A"]["ndcg_at_10"]
+    {'mean': 0.3, 'sd': 0.1, 'runs': 3}
+    """
+    import statistics
+
+    first = next(iter(tables.values()), {})
+    out: dict[str, dict[str, dict[str, float | int | None]]] = {}
+    for dataset, row in first.items():
+        out[dataset] = {}
+        for key in row:
+            values = [table[dataset][key] for table in tables.values()]
+            out[dataset][key] = {"mean": round(statistics.fmean(values), 10),
+                                 "sd": round(statistics.stdev(values), 10) if len(values) > 1 else None,
+                                 "runs": len(values)}
     return out

@@ -32,7 +32,12 @@ def build_spec(args: argparse.Namespace):
 
     agent, dense = flag_sets()
     config = agent.build(args)
-    search = RetrieverSpec.parse(args.search_with, given=dense.given(args), where=f"--search-with {args.search_with}")
+    from r2med.agent.remote import is_server_url
+
+    if is_server_url(args.search_with):  # a Search-R1-compatible retrieval server
+        search = args.search_with
+    else:
+        search = RetrieverSpec.parse(args.search_with, given=dense.given(args), where=f"--search-with {args.search_with}")
     return PipelineSpec(agent=AgentSpec(config, search, args.knowledge_dir),
                         datasets=tuple(args.tasks) if args.tasks else None, data_dir=args.data_dir,
                         output=args.output, top_k=args.top_k, cache=not args.no_cache)
@@ -47,6 +52,8 @@ def cmd_agent(args: argparse.Namespace) -> int:
     spec = build_spec(args)
     stages = run_pipeline(spec, progress=not (args.quiet or args.json), resume=not args.force,
                           on_result=progress_printer(args))
+    if len(stages) > 1:  # --seeds/--runs: one stored run per seed, then their mean and sd
+        return _seeded(args, spec, stages)
     where, results = next(iter(stages.items()))
     table = summarise(results)
     if args.json:
@@ -77,13 +84,40 @@ def cmd_agent(args: argparse.Namespace) -> int:
     return 0
 
 
+def _seeded(args: argparse.Namespace, spec, stages: dict) -> int:
+    """Each seed's stored run (its system path and scores) and, per dataset, mean ± sample sd over the seeds."""
+    from r2med.agent.outputs import seed_spread
+    from r2med.cli.args import pct
+    from r2med.reporting.tables import markdown_table
+    from r2med.stages import summarise
+
+    seeds = [config.seed for config in spec.agent.config.seeded()]
+    tables = {seed: summarise(results) for seed, results in zip(seeds, stages.values())}
+    spread = seed_spread(tables)
+    if args.json:
+        emit_json({"runs": [{"seed": seed, "system": where, "scores": tables[seed]}
+                            for seed, where in zip(seeds, stages)], "mean_sd": spread})
+        return 0
+    for seed, where in zip(seeds, stages):
+        print(f"seed {seed}: {where}", file=sys.stderr)
+
+    def cell(value: dict) -> str:
+        return pct(value["mean"]) + (f" ± {pct(value['sd'])}" if value["sd"] is not None else "")
+
+    rows = [[name, cell(row["ndcg_at_10"]), cell(row["recall_at_100"])] for name, row in spread.items()]
+    print(f"mean ± sd (sample, n - 1) over {len(seeds)} seeded runs ({','.join(map(str, seeds))}) of the agent's "
+          "own ranking\n" + markdown_table(["dataset", "nDCG@10", "R@100"], rows, align_right=[False, True, True]))
+    return 0
+
+
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     """Add ``agent`` to the ``r2med`` subcommands (``common``: the -q/-v options)."""
     ag = sub.add_parser("agent", parents=[common],
                         help="agentic search (Search-R1, Search-o1) over any retriever: expansions, a ranking, trajectories")
     ag.add_argument("--search-with", default="bm25", metavar="RETRIEVER",
                     help="the retriever the agent searches with: bm25, a zoo model, a model path, openai:<model>, with "
-                         "its own options after a colon (bm25:variant=lucene; default bm25)")
+                         "its own options after a colon (bm25:variant=lucene; default bm25), or a Search-R1-compatible "
+                         "retrieval server, http://HOST:PORT/retrieve (r2med serve, Search-R1's retrieval_server.py)")
     ag.add_argument("--knowledge-dir", type=Path, default=None, metavar="DIR",
                     help="search this corpus (a directory with corpus.jsonl, R2MED or BEIR rows) instead of each "
                          "dataset's own")

@@ -79,7 +79,15 @@ class Agent:
             return self.knowledge, self.knowledge.source
         return dataset, "dataset"
 
+    @property
+    def remote(self) -> bool:
+        """Whether the agent searches a retrieval server (``--search-with URL``: ``r2med.agent.remote``)."""
+        return bool(getattr(self.retriever, "batched", False))
+
     def config(self, dataset: Dataset) -> dict[str, Any]:
+        if self.remote:  # the server's URL and what it says it searches: another server, another result
+            return {"agent": self.agent_config.key(), "search": self.retriever.describe(), "top_k": self.top_k,
+                    "judged_all": True}
         corpus, source = self._corpus(dataset)
         return {
             "agent": self.agent_config.key(),
@@ -102,7 +110,9 @@ class Agent:
         from r2med.agent.search import open_searcher
 
         corpus, source = self._corpus(dataset)
-        if self.knowledge is None:  # the dataset's own corpus: opened for this dataset only
+        if self.remote:  # a retrieval server: its own corpus
+            searcher = self.retriever
+        elif self.knowledge is None:  # the dataset's own corpus: opened for this dataset only
             searcher = open_searcher(self.retriever, corpus, source=source)
         else:  # one knowledge corpus for every dataset: opened once
             self._knowledge_searcher = self._knowledge_searcher or open_searcher(self.retriever, corpus, source=source)
