@@ -41,8 +41,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from peers import bm25s_available, official_available  # noqa: E402
-from synthetic import make_synthetic  # noqa: E402
+from peers import bm25s_available, official_available
+from synthetic import make_synthetic
 
 SHARED = HERE.parent.parent / "shared"
 PHASES = ("start-up", "load", "analysis", "index", "score", "write", "verify")
