@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -169,19 +170,19 @@ def _fast_jsonl_rows(lines: HashingLines) -> list[dict[str, Any]] | None:
         raw = path.read_bytes()
     except OSError:
         return None  # the line reader reports it
+    digest = hashlib.sha256()
+    hashing = threading.Thread(target=digest.update, args=(raw,), name="r2med-sha256")  # hashlib lets go of the GIL
+    hashing.start()
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    text = text.removeprefix("\ufeff")
-    texts = text.split("\n")
-    if texts[-1] == "":
-        texts.pop()  # after the final line break
-    try:
+        texts = raw.decode("utf-8").removeprefix("\ufeff").split("\n")
+        if texts[-1] == "":
+            texts.pop()  # after the final line break
         rows = list(map(_flat_row_decoder(), texts))
-    except Exception:  # noqa: BLE001 - any refusal: the line reader decides, and words the errors
+    except Exception:  # noqa: BLE001 - any refusal (invalid UTF-8 too): the line reader decides, and words the errors
         return None
-    lines.sha256 = hashlib.sha256(raw).hexdigest()
+    finally:
+        hashing.join()
+    lines.sha256 = digest.hexdigest()
     return rows
 
 
