@@ -139,8 +139,9 @@ def iter_jsonl(lines: HashingLines) -> Iterator[tuple[int, dict[str, Any]]]:
         yield number, row
 
 
-#: files up to this size may be read whole by :func:`jsonl_rows`' fast path (it holds the file twice in memory)
-FAST_JSONL_MAX_BYTES = 1 << 30
+#: files up to this size may be read whole by :func:`jsonl_rows`' fast path (which holds the bytes, the text, its
+#: lines and the rows at once: about four times the file); a larger file is read line by line
+FAST_JSONL_MAX_BYTES = 256 << 20
 _FLAT_ROW: Any = None  # msgspec decoder of one flat JSON object (made on first use)
 
 
