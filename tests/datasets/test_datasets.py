@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from conftest import DATA, SHARED, shared_path
+from json_decoders import json_decoder  # noqa: F401 (autouse: every test with msgspec and with json alone)
 from r2med.datasets import get_spec, load_datasets, load_dir, local_dataset_dirs, resolve_names, scan_dir
 from r2med.datasets.catalog import dataset_names
 from r2med.datasets.stats import compute_stats

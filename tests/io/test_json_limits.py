@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import math
 import shutil
 
 import pytest
 
 from conftest import DATA
+from json_decoders import json_decoder  # noqa: F401 (autouse: every test with msgspec and with json alone)
 from r2med.errors import InvalidInputError
+from r2med.io.jsonsafe import JSONLimitError, loads
 from r2med.io.problems import Problems
 from r2med.io.readers import HashingLines, coerce_relevance, iter_jsonl, iter_qrels_lines
 
@@ -106,3 +110,44 @@ def test_expansion_and_cache_files_with_deep_json_are_invalid_input(tmp_path):
     scores.write_text(DEEP + "\n")
     with pytest.raises(InvalidInputError, match=r"scores\.jsonl:1: not a score record"):
         ScoreCache(scores, {"scorer": "x"})
+
+
+# msgspec reads first where it can; whatever it refuses or could read differently, json reads (r2med.io.jsonsafe)
+@pytest.mark.parametrize("text, expected", [
+    ('{"a": 1, "b": 2, "a": 3}', {"a": 3, "b": 2}),  # duplicate keys: the last wins, in the first one's place
+    ('{"n": 123456789012345678901234567890}', {"n": 123456789012345678901234567890}),  # exact, not a float
+    ('{"n": -9223372036854775809}', {"n": -9223372036854775809}),
+    ('{"x": 9007199254740993.0}', {"x": 9007199254740992.0}),  # correctly rounded
+    ('{"x": 1e400, "y": -1e400}', {"x": float("inf"), "y": float("-inf")}),  # msgspec refuses: json's infinities
+    ('{"s": "\\ud800"}', {"s": "\ud800"}),  # a lone surrogate escape: msgspec refuses, json keeps it
+    (" \t{\"a\": [1, {\"b\": null}]}\r\n", {"a": [1, {"b": None}]}),
+])
+def test_loads_values_are_jsons(text, expected):
+    value = loads(text)
+    assert value == expected and list(value) == list(expected)
+    assert [type(v) for v in value.values()] == [type(v) for v in expected.values()]
+
+
+def test_loads_nan_is_jsons():
+    assert math.isnan(loads('{"x": NaN}')["x"]) and loads('{"x": Infinity}')["x"] == float("inf")
+
+
+@pytest.mark.parametrize("text", ['{"a": 1}x', '{"a": 1,}', '\ufeff{"a": 1}', '{"a": "x\ty"}', '{"a": 01}', "[1,]"])
+def test_loads_refuses_what_json_refuses(text):
+    with pytest.raises(json.JSONDecodeError) as caught:
+        loads(text)
+    with pytest.raises(json.JSONDecodeError) as reference:
+        json.loads(text)
+    assert (caught.value.msg, caught.value.pos) == (reference.value.msg, reference.value.pos)
+
+
+def test_loads_nesting_past_the_guard_is_read_by_json():
+    depth = 900  # past the guard: json reads it (or refuses it past its recursion limit) whatever msgspec would do
+    text = "[" * depth + "]" * depth
+    try:
+        expected = json.loads(text)
+    except RecursionError:
+        with pytest.raises(JSONLimitError):
+            loads(text)
+    else:
+        assert loads(text) == expected

@@ -128,8 +128,8 @@ def test_system_name_of_a_model_path_is_checked(tmp_path, monkeypatch):
 
 def test_expansion_names_are_checked():
     from r2med.expansion.published import parse_expansion_spec
-    from r2med.store.expansions import expansion_dir, llm_dir_name
     from r2med.settings import get_settings
+    from r2med.store.expansions import expansion_dir, llm_dir_name
 
     settings = get_settings({"R2MED_HOME": "/h"})
     with pytest.raises(UsageError, match="the dataset name '..' cannot be used"):

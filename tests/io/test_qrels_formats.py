@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import DATA
+from json_decoders import json_decoder  # noqa: F401 (autouse: every test with msgspec and with json alone)
 from r2med.datasets import load_dir
 from r2med.errors import InvalidInputError
 from r2med.evaluation import evaluate

@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from json_decoders import json_decoder  # noqa: F401 (autouse: every test with msgspec and with json alone)
 from r2med.errors import DamagedFileError, InvalidInputError, ResultsBusyError
 from r2med.io.atomic import clean_temp_files, recorded_writes, write_atomic, write_text_atomic
 from r2med.io.digest import Digest, digest_file

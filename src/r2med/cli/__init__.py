@@ -90,7 +90,9 @@ class CliParser(argparse.ArgumentParser):
             raise argparse.ArgumentError(action, exc.message + hint) from None
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(commands: Sequence[str] = COMMAND_MODULES) -> argparse.ArgumentParser:
+    """The ``r2med`` parser with the subcommands ``commands`` (default all; ``main`` registers only the one it runs,
+    so that a command imports nothing another command needs)."""
     # -q/-v work before and after the subcommand; SUPPRESS keeps a subcommand from resetting them
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="only errors on stderr, no progress bars")
@@ -98,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = CliParser(prog="r2med", description="Run the R2MED benchmark end to end, exactly as published.", parents=[common])
     parser.add_argument("--version", action="version", version=f"r2med {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in COMMAND_MODULES:
+    for module in commands:
         importlib.import_module(f"r2med.cli.{module}").register(sub, common)
     return parser
 
@@ -117,8 +119,24 @@ def _configure_logging(level: int) -> None:
     logger.propagate = False
 
 
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The subcommand ``argv`` names (its first argument that is not -q/-v), or None (``--help``, ``--version``, a
+    misspelt command: those need every subcommand's parser).
+
+    >>> _command_of(["-q", "run", "--data-dir", "x"]), _command_of(["--help"]), _command_of(["rnu"])
+    ('run', None, None)
+    """
+    for arg in argv:
+        if arg in ("-q", "--quiet", "-v", "--verbose"):
+            continue
+        return arg if arg in COMMAND_MODULES else None
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = _command_of(argv)
+    parser = build_parser((command,) if command is not None else COMMAND_MODULES)
     args = parser.parse_args(argv)
     # -q/-v are absent from the namespace unless given (see build_parser)
     args.quiet, args.verbose = getattr(args, "quiet", False), getattr(args, "verbose", False)

@@ -142,8 +142,8 @@ def paper_column(system: str, table: dict) -> tuple[str, list[str]] | None:
     >>> paper_column("base retriever/bm25", {"scifact": {}, "average": {}}) is None
     True
     """
-    from r2med.reporting.leaderboard import exact_mean
     from r2med.reporting.official import is_published, published
+    from r2med.types import exact_mean
 
     if not is_published(system):
         return None

@@ -18,7 +18,7 @@ from r2med.datasets.model import Dataset
 from r2med.errors import InvalidInputError, MissingResourceError
 from r2med.io.names import name_problem
 from r2med.io.problems import Problems
-from r2med.io.readers import HashingLines, coerce_id, iter_jsonl, iter_qrels_lines
+from r2med.io.readers import HashingLines, coerce_id, iter_qrels_lines, jsonl_rows
 from r2med.types import Qrels
 
 logger = logging.getLogger(__name__)
@@ -127,7 +127,7 @@ def read_corpus(lines: HashingLines) -> tuple[list[str], list[str]]:
     first_line: dict[str, int] = {}
     repeats: dict[str, list[int]] = {}
     name, problems = str(lines.path), lines.problems
-    for number, row in iter_jsonl(lines):
+    for number, row in jsonl_rows(lines):
         did = _row_id(row, path=name, line=number, problems=problems)
         text = _text(row, path=name, line=number, problems=problems, what="document")
         if did is None or text is None:
@@ -153,7 +153,7 @@ def read_queries(lines: HashingLines) -> tuple[dict[str, str], dict[str, dict]]:
     first_line: dict[str, int] = {}
     repeats: dict[str, list[int]] = {}
     name, problems = str(lines.path), lines.problems
-    for number, row in iter_jsonl(lines):
+    for number, row in jsonl_rows(lines):
         qid = _row_id(row, path=name, line=number, problems=problems)
         text = _text(row, path=name, line=number, problems=problems, what="query")
         if qid is None or text is None:

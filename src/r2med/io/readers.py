@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -136,6 +137,64 @@ def iter_jsonl(lines: HashingLines) -> Iterator[tuple[int, dict[str, Any]]]:
             problems.error(name, number, f"expected a JSON object, got {type(row).__name__}")
             continue
         yield number, row
+
+
+#: files up to this size may be read whole by :func:`jsonl_rows`' fast path (which holds the bytes, the text, its
+#: lines and the rows at once: about four times the file); a larger file is read line by line
+FAST_JSONL_MAX_BYTES = 256 << 20
+_FLAT_ROW: Any = None  # msgspec decoder of one flat JSON object (made on first use)
+
+
+def _flat_row_decoder() -> Any:
+    global _FLAT_ROW
+    if _FLAT_ROW is None:
+        import msgspec
+
+        _FLAT_ROW = msgspec.json.Decoder(dict[str, str | int | float | bool | None]).decode
+    return _FLAT_ROW
+
+
+def _fast_jsonl_rows(lines: HashingLines) -> list[dict[str, Any]] | None:
+    """Every row of a JSONL file, read whole and decoded by msgspec, or None where that might differ from ``iter_jsonl``.
+
+    Taken only when the whole file is valid UTF-8 and msgspec reads every line (split on ``\\n``, as the line
+    reader splits) as one flat JSON object (string, number, true, false or null values). msgspec reads such a
+    line as ``json.loads`` does (the last of duplicate keys, big integers exact, correctly rounded floats, JSON
+    white space around it); whatever it refuses (a blank line, NaN, a lone surrogate, an out-of-range number, a
+    nested value, a malformed line, a line that is not an object) sends the whole file to the line-by-line
+    reader, whose verdicts and errors (file and line) are json's.
+    """
+    path = lines.path
+    try:
+        if not path.is_file() or path.stat().st_size > FAST_JSONL_MAX_BYTES:
+            return None
+        raw = path.read_bytes()
+    except OSError:
+        return None  # the line reader reports it
+    digest = hashlib.sha256()
+    hashing = threading.Thread(target=digest.update, args=(raw,), name="r2med-sha256")  # hashlib lets go of the GIL
+    hashing.start()
+    try:
+        texts = raw.decode("utf-8").removeprefix("\ufeff").split("\n")
+        if texts[-1] == "":
+            texts.pop()  # after the final line break
+        rows = list(map(_flat_row_decoder(), texts))
+    except Exception:  # noqa: BLE001 - any refusal (invalid UTF-8 too): the line reader decides, and words the errors
+        return None
+    finally:
+        hashing.join()
+    lines.sha256 = digest.hexdigest()
+    return rows
+
+
+def jsonl_rows(lines: HashingLines) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``iter_jsonl(lines)``: the same ``(line, object)`` pairs, read whole by msgspec where that is certain to give
+    the same rows (:func:`_fast_jsonl_rows`), else line by line."""
+    rows = _fast_jsonl_rows(lines)
+    if rows is None:
+        yield from iter_jsonl(lines)
+    else:
+        yield from enumerate(rows, start=1)
 
 
 def file_sha256(path: Path) -> str:

@@ -22,9 +22,10 @@ A file stage (:class:`~r2med.stages.base.FileStage`) makes files instead of a ru
 Importing this package imports no heavy dependency.
 """
 
+from typing import Any
+
 from r2med.stages.agent import Agent
 from r2med.stages.base import DatasetResult, FileStage, Product, ProductResult, Stage, summarise
-from r2med.stages.expand import Expand, expand_dataset
 from r2med.stages.fuse import Fuse
 from r2med.stages.rerank import FirstStage, Rerank
 from r2med.stages.retrieve import Expansion, Retrieve
@@ -32,3 +33,13 @@ from r2med.stages.runner import run_file_stage, run_stage
 
 __all__ = ["Agent", "DatasetResult", "Expand", "Expansion", "FileStage", "FirstStage", "Fuse", "Product", "ProductResult",
            "Rerank", "Retrieve", "Stage", "expand_dataset", "run_file_stage", "run_stage", "summarise"]
+
+
+def __getattr__(name: str) -> Any:
+    """``Expand`` and ``expand_dataset``, imported when first used: they bring in the LLM client, which a run
+    without an expansion to generate never needs."""
+    if name in ("Expand", "expand_dataset"):
+        from r2med.stages import expand
+
+        return getattr(expand, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

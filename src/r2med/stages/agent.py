@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from r2med.agent.config import AgentConfig
-from r2med.agent.loop import run_agent
 from r2med.agent.outputs import TRAJECTORIES_FILE, AgentReport
 from r2med.datasets.model import Dataset
 from r2med.errors import IncompleteResultError
@@ -117,6 +116,8 @@ class Agent:
         else:  # one knowledge corpus for every dataset: opened once
             self._knowledge_searcher = self._knowledge_searcher or open_searcher(self.retriever, corpus, source=source)
             searcher = self._knowledge_searcher
+        from r2med.agent.loop import run_agent  # asyncio and the agent's loop: only when an agent runs
+
         report = run_agent(dataset, self.agent_config, searcher, out_dir=folder, client=self.client,
                            template_given=self.template_given,
                            top_k=self.top_k, progress=self.progress)

@@ -135,7 +135,12 @@ def analyze_and_count(
             parts.append(slice_counts(*analyzer.term_ids(texts[start:stop])))
             report(stop - start)
         return merge_slice_counts(parts, workers=workers)
-    parts = []
+    # the first slice here, before forking: the workers inherit an analyzer that already knows its chunks (the
+    # most frequent ones), instead of each analysing them again
+    start, stop = bounds[0]
+    parts = [slice_counts(*analyzer.term_ids(texts[start:stop]))]
+    report(stop - start)
+    bounds = bounds[1:]
     _TEXTS, _ANALYZER = texts, analyzer
     try:
         # a dead worker raises BrokenProcessPool here instead of hanging, as multiprocessing.Pool would

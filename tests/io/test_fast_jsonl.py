@@ -1,0 +1,71 @@
+"""The whole-file JSONL read (msgspec) gives exactly what the line-by-line read (json) gives, or steps aside."""
+
+from __future__ import annotations
+
+import pytest
+
+from r2med.datasets.local import read_corpus
+from r2med.io import readers
+from r2med.io.problems import Problems
+from r2med.io.readers import HashingLines, file_sha256
+
+ROWS = (
+    '{"id": "d1", "text": "plain"}\n'
+    '{"id": 12345678901234567890123, "title": "T", "text": "big integer id, a title"}\r\n'
+    '{"id": "d3", "text": "first", "text": "duplicate key: the last wins"}\n'
+    '{"id":"d4","text":"\\u00e9\\ud83d\\ude00 escapes","score":1e-5,"n":null,"b":true}\n'
+    ' {"id": "d1", "text": "a repeated id, white space around"} \t\n'
+)
+FALLBACKS = {  # each refused by msgspec (or not one flat object per line): the line reader reads the file
+    "blank line": "\n",
+    "NaN": '{"id": "n", "text": "x", "v": NaN}\n',
+    "lone surrogate": '{"id": "s", "text": "\\ud800"}\n',
+    "out of float range": '{"id": "f", "text": "x", "v": 1e400}\n',
+    "nested": '{"id": "e", "text": "x", "v": [1, {"a": 2}]}\n',
+    "not an object": '["id", "text"]\n',
+    "two objects": '{"id": "a", "text": "x"} {"id": "b", "text": "y"}\n',
+    "malformed": '{"id": "m", "text": "x",}\n',
+    "no final line break": '{"id": "z", "text": "last"}',
+}
+
+
+def read_both(path, monkeypatch):
+    fast = HashingLines(path, Problems())
+    fast_result = read_corpus(fast)
+    with monkeypatch.context() as patch:
+        patch.setattr(readers, "_fast_jsonl_rows", lambda lines: None)
+        slow = HashingLines(path, Problems())
+        slow_result = read_corpus(slow)
+    return (fast_result, fast.sha256, fast.problems.errors, fast.problems.warnings), \
+        (slow_result, slow.sha256, slow.problems.errors, slow.problems.warnings)
+
+
+def test_the_whole_file_read_gives_the_line_readers_rows(tmp_path, monkeypatch):
+    path = tmp_path / "corpus.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + ROWS.encode())  # with a BOM
+    assert readers._fast_jsonl_rows(HashingLines(path, Problems())) is not None  # the fast path is taken
+    fast, slow = read_both(path, monkeypatch)
+    assert fast == slow
+    ids, texts = fast[0]
+    assert ids == ["d1", "12345678901234567890123", "d3", "d4", "d1"]
+    assert texts[1] == "T big integer id, a title" and texts[2] == "duplicate key: the last wins"
+    assert texts[3] == "\u00e9\U0001F600 escapes"
+    assert fast[1] == file_sha256(path)
+
+
+@pytest.mark.parametrize("extra", list(FALLBACKS.values()), ids=list(FALLBACKS))
+def test_what_msgspec_refuses_is_read_line_by_line(tmp_path, monkeypatch, extra):
+    path = tmp_path / "corpus.jsonl"
+    path.write_text(ROWS + extra, encoding="utf-8")
+    taken = readers._fast_jsonl_rows(HashingLines(path, Problems())) is not None
+    assert taken == (extra == FALLBACKS["no final line break"])
+    fast, slow = read_both(path, monkeypatch)
+    assert fast == slow
+
+
+def test_invalid_utf8_is_read_line_by_line(tmp_path, monkeypatch):
+    path = tmp_path / "corpus.jsonl"
+    path.write_bytes(ROWS.encode() + b'{"id": "u", "text": "\xff"}\n')
+    assert readers._fast_jsonl_rows(HashingLines(path, Problems())) is None
+    fast, slow = read_both(path, monkeypatch)
+    assert fast == slow and any(":6: not valid UTF-8" in e for e in fast[2])
