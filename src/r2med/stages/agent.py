@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from r2med.agent.config import AgentConfig
+from r2med.agent.context import ContextWindow, context_window
 from r2med.agent.loop import run_agent
 from r2med.agent.outputs import AgentReport
 from r2med.datasets.model import Dataset
@@ -53,6 +54,17 @@ class Agent:
         self.ignore_identical_ids = retriever.ignore_identical_ids
         self._reports: dict[str, AgentReport] = {}
         self._knowledge_searcher: Any = None
+        self._window: ContextWindow | None | bool = False  # False: not learned yet
+
+    def context(self) -> ContextWindow | None:
+        """The context of one request (``--context-length``, else the server's; None: unknown), learned once: it
+        keys the result (it clamps ``max_tokens`` and ends queries ``context-full``) and the run uses that figure."""
+        if self._window is False:
+            c = self.agent_config
+            self._window = context_window(str(c.base_url), str(c.llm_model), given=c.context_length,
+                                          api_key=c.api_key(), timeout=c.timeout)
+        assert self._window is not True
+        return self._window
 
     def out_dir(self, dataset: Dataset) -> Path:
         """Where the agent's files for ``dataset`` go (the expansion folder ``r2med run --expansion`` reads)."""
@@ -70,6 +82,8 @@ class Agent:
             "search": {"retriever": component_key(self.retriever, self.search_key, corpus.name),
                        "corpus": corpus.name, "source": source, "sha256": dict(corpus.sha256)},
             "top_k": self.top_k, "judged_all": True,
+            # the tokens per request the run had: a stored result made under another context is not this one's
+            "context_length": None if (window := self.context()) is None else window.length,
         }
 
     def run(self, dataset: Dataset) -> Run:
@@ -82,7 +96,7 @@ class Agent:
             self._knowledge_searcher = self._knowledge_searcher or open_searcher(self.retriever, corpus, source=source)
             searcher = self._knowledge_searcher
         report = run_agent(dataset, self.agent_config, searcher, out_dir=self.out_dir(dataset), client=self.client,
-                           template_given=self.template_given,
+                           template_given=self.template_given, window=self.context(),
                            top_k=self.top_k, progress=self.progress)
         self._reports[dataset.name] = report
         if report.failures:
