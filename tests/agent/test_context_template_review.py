@@ -154,3 +154,40 @@ def test_the_byte_bound_holds_for_tokenizers_that_normalize_unicode():
         true = len(bpe.encode(text).ids)
         assert true == len(unicodedata.normalize(form, text).encode())  # one token per byte, worked out
         assert ByteBound().count(text) >= true, form
+
+
+# ---------------------------------------------------------------------------------- a hostile server's answers
+def test_a_hostile_server_answering_deeply_nested_json_is_ignored_not_a_crash(caplog):
+    """``json.loads`` raises RecursionError (not ValueError) on JSON nested 100,000 deep: the server's /v1/models
+    and /props answers are then not a context (a warning), and an error body is quoted, never a traceback."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from r2med.agent.context import context_window
+    from r2med.http.retry import BadAnswer, error_message, json_object
+
+    deep = "[" * 100_000 + "]" * 100_000
+    with pytest.raises(BadAnswer, match="not JSON"):
+        json_object(deep)
+    assert error_message(deep, limit=20) == "[" * 20 + "..."
+
+    class Hostile(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            body = deep.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Hostile)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        assert context_window(f"http://127.0.0.1:{server.server_address[1]}/v1", "m", timeout=30) is None
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert caplog.text.count("answer is not JSON") == 2  # /v1/models, then /props
