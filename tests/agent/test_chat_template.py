@@ -128,8 +128,10 @@ def test_the_agent_uses_the_model_template_and_says_so(tmp_path, caplog):
     assert f"template: chat_template of {where}" in caplog.text
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["template"] == f"chat_template of {where}"
-    # the template keys the result: its sha256
-    assert summary["config"]["chat_template"] == "model:" + hashlib.sha256(TEMPLATE.encode()).hexdigest()[:16]
+    # the template and the special tokens it is rendered with key the result: their sha256
+    tokens = {"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>", "unk_token": "[UNK]"}
+    keyed = json.dumps({"template": TEMPLATE, "special_tokens": tokens}, ensure_ascii=False, sort_keys=True)
+    assert summary["config"]["chat_template"] == "model:" + hashlib.sha256(keyed.encode()).hexdigest()[:16]
     # a table name still picks the table's template
     assert AgentConfig(protocol="search-r1-infer", llm_model=str(model), llm_name="ckpt", base_url=server.base_url,
                        chat_template="chatml").resolved().chat_template == "chatml"

@@ -46,8 +46,13 @@ def _argv(command: str, url: str, data: Path, out: Path) -> list[str]:
             "--max-retries", "0"]
 
 
+#: GETs of what a server is (its models, its context), not of work: the agent's result key needs them
+DESCRIPTION_PATHS = ("/v1/models", "/props")
+
+
 def _sent(server: HostileServer, behaviour: str) -> int:
-    return sum(1 for seen, _ in server.log if seen == behaviour)
+    """The requests of work (not the server's description: ``DESCRIPTION_PATHS``) sent to ``behaviour``."""
+    return sum(1 for seen, path in server.log if seen == behaviour and path not in DESCRIPTION_PATHS)
 
 
 def _completions(server: HostileServer) -> int:
@@ -82,7 +87,10 @@ def test_an_unwritable_expansion_folder_is_found_before_the_first_request(cli, s
     before = len(server.log)
     result = cli(*_argv(command, server.url("ok"), data, tmp_path / "out"))
     assert "Traceback" not in result.err, result.err
-    assert len(server.log) == before, "requests were sent to a run that could not keep their answers"
+    # the agent reads the server's description (its context length keys the result) before its folder is checked;
+    # nothing that generates or counts tokens is sent
+    sent = [path for _, path in server.log[before:] if path not in DESCRIPTION_PATHS]
+    assert sent == [], "requests were sent to a run that could not keep their answers"
     assert result.code == 2, result.err
     folder = isolated_home / "expansions" / "Biology" / COMMANDS[command][1]
     assert f"r2med: error: the {'agent' if command == 'agent' else 'folder of expand/hyde'}" in result.err

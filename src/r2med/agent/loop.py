@@ -67,6 +67,10 @@ class _Stop(Exception):
     """Ends one query's loop with a reason (budget) without an error."""
 
 
+#: ``run_agent(window=LEARN)``: learn the context from ``--context-length`` or the server
+LEARN: Any = object()
+
+
 class _ContextFull(Exception):
     """A prompt that leaves no room in the server's context: the query ends ``context-full``, its output kept."""
 
@@ -503,6 +507,7 @@ def run_agent(
     progress: bool = True,
     tokens: Any = None,
     template_given: bool | None = None,
+    window: Any = LEARN,
 ) -> AgentReport:
     """Run the agent on every query of ``dataset``; write the expansion file, the trajectories and the summary.
 
@@ -510,7 +515,9 @@ def run_agent(
     protocol that cuts in tokens) to the model's tokenizer (``r2med.agent.tokens.token_counter``). Returns the report,
     whose ``run`` is the agent's ranking (``top_k`` per query) and ``failures`` the queries whose requests failed
     (left out of the expansion file; a rerun retries only them). ``template_given``: whether ``config``'s
-    ``chat_template`` was the user's (False: a resolved config's, found from the model; None: as it stands). A fatal provider error (bad key, no server) or
+    ``chat_template`` was the user's (False: a resolved config's, found from the model; None: as it stands).
+    ``window``: the context per request the caller learned (and keyed its result with; None: unknown), else learned
+    here (``r2med.agent.context.context_window``). A fatal provider error (bad key, no server) or
     a spent budget stops new requests; what finished is written before it is raised.
     """
     from r2med.llm.cache import ResponseCache
@@ -534,8 +541,9 @@ def run_agent(
         from r2med.agent.tokens import token_counter
 
         tokens = token_counter(config.llm_model, str(config.base_url), **http)
-    window = context_window(str(config.base_url), config.llm_model, given=config.context_length,
-                            api_key=http["api_key"], timeout=config.timeout)
+    if window is LEARN:
+        window = context_window(str(config.base_url), config.llm_model, given=config.context_length,
+                                api_key=http["api_key"], timeout=config.timeout)
     counter = None
     if window is not None:
         from r2med.agent.tokens import prompt_counter

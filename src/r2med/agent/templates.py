@@ -112,8 +112,12 @@ class ModelChatTemplate:
 
     @property
     def name(self) -> str:
-        """The resolved ``chat_template`` value: ``model:`` + the template's sha256 (keys the agent's results)."""
-        return MODEL_TEMPLATE + hashlib.sha256(self.source.encode("utf-8")).hexdigest()[:16]
+        """The resolved ``chat_template`` value (keys the agent's results): ``model:`` + the sha256 of the template
+        and of the special tokens it is rendered with (a template may write ``eos_token`` into the user's turn, as
+        Zephyr's does: a fine-tune with another ``eos_token`` gets another prompt)."""
+        what = json.dumps({"template": self.source, "special_tokens": dict(sorted(self.special_tokens.items()))},
+                          ensure_ascii=False, sort_keys=True)
+        return MODEL_TEMPLATE + hashlib.sha256(what.encode("utf-8")).hexdigest()[:16]
 
     @property
     def description(self) -> str:
@@ -123,15 +127,14 @@ class ModelChatTemplate:
         """``messages`` rendered as ``tokenizer.apply_chat_template(messages, tokenize=False,
         add_generation_prompt=...)`` renders them (beginning-of-sequence token included where the template writes
         it); MissingExtraError (exit 3) without jinja2, InvalidInputError for a template that does not render."""
-        compiled = _compiled(self.source)
-        import jinja2
-
-        try:
-            return compiled.render(messages=messages, tools=None, documents=None,
-                                   add_generation_prompt=add_generation_prompt, **self.special_tokens)
-        except jinja2.TemplateError as exc:
-            raise InvalidInputError(f"{self.path}: the chat template does not render: {exc}; pass "
-                                    "--chat-template NAME") from None
+        require_jinja2(f"rendering {self.description} (or pass --chat-template NAME)")
+        try:  # the template is input: it may not compile, or fail while rendering with any exception
+            return _compiled(self.source).render(messages=messages, tools=None, documents=None,
+                                                 add_generation_prompt=add_generation_prompt, **self.special_tokens)
+        except Exception as exc:  # noqa: BLE001 - whatever the template raises, it is the template's fault
+            why = " ".join(str(exc).split()) or type(exc).__name__
+            raise InvalidInputError(f"{self.path}: the chat template does not render: {type(exc).__name__}: {why}; "
+                                    "fix it or pass --chat-template NAME") from None
 
     def wrap(self, text: str) -> str:
         """``text`` as one user turn with the generation prompt, without a leading beginning-of-sequence token (the
@@ -147,7 +150,24 @@ def require_jinja2(purpose: str) -> Any:
         import jinja2
     except ImportError as exc:
         raise MissingExtraError("jinja2", "llm", purpose) from exc
+    version = str(getattr(jinja2, "__version__", "0"))
+    if _version_tuple(version) < JINJA2_MIN:  # transformers refuses them too: a model's template is untrusted input
+        raise MissingExtraError("jinja2>=3.1.6", "llm", f"{purpose}; jinja2 {version} is installed, and jinja2 "
+                                "before 3.1.6 has known sandbox escapes (CVE-2025-27516)")
     return jinja2
+
+
+#: the oldest jinja2 whose sandbox has no known escape (transformers' ``_compile_jinja_template`` asks for it too)
+JINJA2_MIN = (3, 1, 6)
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    """``"3.1.6"`` -> ``(3, 1, 6)``; a part without leading digits counts 0 (``"3.2.0rc1"`` -> ``(3, 2, 0)``).
+
+    >>> _version_tuple("3.1.5"), _version_tuple("3.2.0rc1"), _version_tuple("3.10")
+    ((3, 1, 5), (3, 2, 0), (3, 10))
+    """
+    return tuple(int(m.group()) if (m := re.match(r"\d+", part)) else 0 for part in version.split(".")[:3])
 
 
 @functools.lru_cache(maxsize=16)
@@ -177,10 +197,20 @@ def _compiled(source: str) -> Any:
                sort_keys: bool = False) -> str:
         return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
+    def check(name: Any) -> None:
+        if isinstance(name, str) and name.startswith("_"):
+            raise jinja2.exceptions.SecurityError(f"a chat template cannot set {name!r} on a namespace")
+
     class Namespace(jinja2.utils.Namespace):  # no underscore attributes, as transformers' TemplateNamespace
+        def __init__(*args: Any, **kwargs: Any) -> None:  # jinja2's signature: namespace(self=...) still works
+            self, rest = args[0], args[1:]
+            attrs = dict(*rest, **kwargs)
+            for name in attrs:
+                check(name)
+            jinja2.utils.Namespace.__init__(self, attrs)
+
         def __setitem__(self, name: str, value: Any) -> None:
-            if isinstance(name, str) and name.startswith("_"):
-                raise jinja2.exceptions.SecurityError(f"a chat template cannot set {name!r} on a namespace")
+            check(name)
             super().__setitem__(name, value)
 
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[Generation, loopcontrols])
@@ -271,6 +301,7 @@ def resolve_template(model: str, chat_template: str | None, name: str | None = N
         if chat_template is not None and chat_template != own.name:
             raise InvalidInputError(f"{own.description} is not the template the run was keyed with ({chat_template}): "
                                     "it changed; rerun without chat_template in the config")
+        own.wrap("r2med")  # a template that does not render is found now, before any request
         return own, own.description
     if chat_template is not None:
         raise InvalidInputError(f"chat_template {chat_template}: {model} has no chat template here; pass "

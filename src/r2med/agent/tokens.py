@@ -36,7 +36,8 @@ class NoTokenizeEndpoint(MissingResourceError):
 
 
 class ByteBound:
-    """A bound on a prompt's tokens without a tokenizer: its UTF-8 bytes + ``SPECIAL``. Every token of a byte-level
+    """A bound on a prompt's tokens without a tokenizer: its UTF-8 bytes (of its longest Unicode normalization,
+    ``FORMS``) + ``SPECIAL``. Every token of a byte-level
     BPE or SentencePiece vocabulary (byte fallback, or ``<unk>``) stands for at least one byte of the text, except
     the special tokens the server adds and SentencePiece's prefix space: ``SPECIAL`` covers those. Cautious (a
     token is ~4 bytes of English), it clamps ``max_tokens`` early, never too late.
@@ -48,8 +49,17 @@ class ByteBound:
     SPECIAL = 16
     source = "a bound: UTF-8 bytes + 16 (no tokenizer: pass a local model directory or use a server with /tokenize)"
 
+    #: the Unicode normalizations an LLM's tokenizer may apply first (Qwen2's NFC, SentencePiece's nmt_nfkc):
+    #: some grow the text (NFC decomposes U+FB2C, 3 bytes, into 6; NFKC turns U+FDFA, 3 bytes, into 33), and a token
+    #: stands for at least one byte of the normalized text, so the bound counts the longest of them
+    FORMS = ("NFC", "NFKC")
+
     def count(self, text: str) -> int:
-        return len(text.encode("utf-8")) + self.SPECIAL
+        import unicodedata
+
+        longest = max([len(text.encode("utf-8"))] + [len(unicodedata.normalize(form, text).encode("utf-8"))
+                                                     for form in self.FORMS])
+        return longest + self.SPECIAL
 
     def encode(self, text: str) -> list[int]:  # pragma: no cover - a bound cannot cut
         raise MissingResourceError("no tokenizer: the protocol cuts in the model's tokens")

@@ -110,7 +110,7 @@ def error_message(body: bytes | str, limit: int = 500) -> str:
     text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
     try:
         data = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: JSON nested past Python's recursion limit (a hostile body)
         data = None
     message: Any = None
     if isinstance(data, dict):
@@ -147,7 +147,7 @@ def json_object(text: str) -> dict[str, Any]:
     """
     try:
         answer = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: JSON nested past Python's recursion limit (a hostile answer)
         raise BadAnswer(f"answer is not JSON (is the base URL an OpenAI-compatible API?): {excerpt(text)!r}") from None
     if not isinstance(answer, dict):
         raise BadAnswer(f"answer is JSON but not an object: {excerpt(text)!r}")

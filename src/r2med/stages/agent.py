@@ -17,7 +17,7 @@ cache: no answer is requested twice).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from r2med.agent.config import AgentConfig
 from r2med.agent.outputs import TRAJECTORIES_FILE, AgentReport
@@ -32,6 +32,9 @@ from r2med.stages.base import component_key
 from r2med.store.expansions import EXPANSION_FILE, expansion_dir, llm_dir_name
 from r2med.store.results import SystemPath
 from r2med.types import Run
+
+if TYPE_CHECKING:
+    from r2med.agent.context import ContextWindow
 
 #: the files of the expansion folder a stored result depends on (``r2med run --expansion`` reads the first)
 FOLDER_FILES = (EXPANSION_FILE, TRAJECTORIES_FILE)
@@ -68,6 +71,19 @@ class Agent:
         self._reports: dict[str, AgentReport] = {}
         self._written: dict[str, dict[str, Digest]] = {}
         self._knowledge_searcher: Any = None
+        self._window: ContextWindow | None | bool = False  # False: not learned yet
+
+    def context(self) -> ContextWindow | None:
+        """The context of one request (``--context-length``, else the server's; None: unknown), learned once: it
+        keys the result (it clamps ``max_tokens`` and ends queries ``context-full``) and the run uses that figure."""
+        if self._window is False:
+            from r2med.agent.context import context_window  # only when an agent runs
+
+            c = self.agent_config
+            self._window = context_window(str(c.base_url), str(c.llm_model), given=c.context_length,
+                                          api_key=c.api_key(), timeout=c.timeout)
+        assert self._window is not True
+        return self._window
 
     def out_dir(self, dataset: Dataset) -> Path:
         """Where the agent's files for ``dataset`` go (the expansion folder ``r2med run --expansion`` reads)."""
@@ -85,14 +101,15 @@ class Agent:
 
     def config(self, dataset: Dataset) -> dict[str, Any]:
         if self.remote:  # the server's URL and what it says it searches: another server, another result
-            return {"agent": self.agent_config.key(), "search": self.retriever.describe(), "top_k": self.top_k,
-                    "judged_all": True}
-        corpus, source = self._corpus(dataset)
+            search: dict[str, Any] = self.retriever.describe()
+        else:
+            corpus, source = self._corpus(dataset)
+            search = {"retriever": component_key(self.retriever, self.search_key, corpus.name),
+                      "corpus": corpus.name, "source": source, "sha256": dict(corpus.sha256)}
         return {
-            "agent": self.agent_config.key(),
-            "search": {"retriever": component_key(self.retriever, self.search_key, corpus.name),
-                       "corpus": corpus.name, "source": source, "sha256": dict(corpus.sha256)},
-            "top_k": self.top_k, "judged_all": True,
+            "agent": self.agent_config.key(), "search": search, "top_k": self.top_k, "judged_all": True,
+            # the tokens per request the run had: a stored result made under another context is not this one's
+            "context_length": None if (window := self.context()) is None else window.length,
         }
 
     def run(self, dataset: Dataset) -> Run:
@@ -119,7 +136,7 @@ class Agent:
         from r2med.agent.loop import run_agent  # asyncio and the agent's loop: only when an agent runs
 
         report = run_agent(dataset, self.agent_config, searcher, out_dir=folder, client=self.client,
-                           template_given=self.template_given,
+                           template_given=self.template_given, window=self.context(),
                            top_k=self.top_k, progress=self.progress)
         self._reports[dataset.name] = report
         if report.failures:
