@@ -51,3 +51,25 @@ def test_rerank_hint_does_not_repeat_a_typo_and_keeps_data_dir_and_output(cli, s
     result = cli("rerank", "--run", "bm25-lucene", "--reranker", "listwise", "--llm-model", "m", "--base-url",
                  "http://127.0.0.1:9/v1", "--data-dir", "data", "--output", "res")
     assert result.code == 4 and "make one with: r2med run --retriever bm25-lucene --data-dir data --output res" in result.err
+
+
+def test_a_short_system_name_needs_no_quoting(cli, sample):
+    assert cli("run", "--data-dir", "data", "-q").code == 0
+    assert cli("run", "--data-dir", "data", "--bm25-variant", "lucene", "-q").code == 0
+    result = cli("compare", "bm25", "bm25-lucene", "--n-resamples", "10", "--json")
+    assert result.code == 0, result.err
+    assert (result.json()["a"], result.json()["b"]) == ("base retriever/bm25", "base retriever/bm25-lucene")
+    # a short name that fits two systems is refused, naming both
+    fused = sample / "results" / "fusion" / "bm25"
+    fused.mkdir(parents=True)
+    for path in (sample / "results" / "base retriever" / "bm25").iterdir():
+        (fused / path.name).write_bytes(path.read_bytes())
+    result = cli("compare", "bm25", "bm25-lucene", "--n-resamples", "10")
+    assert result.code == 2
+    assert result.err == "r2med: error: 'bm25' fits 2 systems: 'base retriever/bm25', 'fusion/bm25'; name one of them\n"
+    assert cli("compare", "fusion/bm25", "bm25-lucene", "--n-resamples", "10").code == 0
+    pytest.importorskip("jinja2")
+    pytest.importorskip("matplotlib")
+    result = cli("report", "--a", "fusion/bm25", "--b", "bm25-lucene", "--n-resamples", "10", "--json")
+    assert result.code == 0, result.err
+    assert cli("report", "--a", "bm25", "--n-resamples", "10").code == 2

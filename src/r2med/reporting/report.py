@@ -36,7 +36,7 @@ from r2med.reporting.tables import pct
 from r2med.settings import Settings, get_settings
 from r2med.store.expansions import EXPANSION_FILE, expansion_dir
 from r2med.store.result_set import PER_QUERY_SUFFIX, RUN_SUFFIX, ResultFiles, read_result_file
-from r2med.store.results import SystemPath
+from r2med.store.results import SystemPath, match_system
 
 logger = logging.getLogger(__name__)
 
@@ -65,8 +65,8 @@ def _has_per_query(s: SystemResults) -> bool:
 
 def _pick(systems: dict[str, SystemResults], rows: Sequence[Row], wanted: str | None, skip: str | None) -> str | None:
     if wanted is not None:
-        key = wanted.strip("/")
-        if key not in systems:
+        key = match_system(wanted, list(systems))  # 'bm25' names 'base retriever/bm25' when only it fits
+        if key is None:
             raise UsageError(f"system '{wanted}' is not in the result directory; there: {', '.join(systems)}")
         return key
     ranked = [r.system for r in rows if not r.published and r.system in systems]
