@@ -45,7 +45,7 @@ def words(text: str) -> int:
 
 
 class CompletionServer:
-    def __init__(self, *, latency: float = 0.0) -> None:
+    def __init__(self, *, latency: float = 0.0, port: int = 0) -> None:
         self.latency = latency
         self.requests: list[dict[str, Any]] = []
         self.tokenize_calls = 0
@@ -81,7 +81,7 @@ class CompletionServer:
                 except (BrokenPipeError, ConnectionResetError):
                     pass
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
         self._thread.start()
