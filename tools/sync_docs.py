@@ -270,6 +270,8 @@ def displayed(text: str, tmp: Path) -> list[str]:
         out.append((kept[-1] if kept else "").rstrip())
     while out and not out[-1]:
         out.pop()
+    while out and not out[0]:  # (a progress bar cleared with a newline)
+        out.pop(0)
     return out
 
 
