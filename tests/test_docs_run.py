@@ -17,21 +17,18 @@ import pytest
 from conftest import REPO
 
 sys.path.insert(0, str(REPO / "tools"))
-import sync_docs  # noqa: E402
+import sync_docs
 
 #: pages whose commands do not yet print what the page shows, and why (issue 25: to be synced with --write once the
 #: branches that change them are merged); each is skipped, by name, so the list can only shrink
 NOT_YET = {
     "agent.md": "outputs predate --protocol (the page says so); needs a --write run",
     "datasets.md": "the /tmp/bad example has no commands that make it; cache paths shown as /root/.cache",
-    "expand.md": "its Gemma example needs --temperature 0 --seed 0 and a --write run",
-    "gar.md": "its example needs a --write run (shared paths shown absolute)",
     "leaderboard.md": "blocks use results/ and data/ that no command of the page makes",
     "offline.md": "shows a machine without network and HF_HUB_OFFLINE unset: the test runs offline",
     "pipelines.md": "needs a --write run",
     "reproduce.md": "needs a --write run",
-    "run.md": "R2MED_HOME shown as /tmp/r2home-readme; needs a --write run",
-    "serve.md": "needs a --write run",
+    "serve.md": "r2med serve on the fixed port 8000, which another process may hold on a shared machine",
     "dense.md": "needs the MiniLM model (minilm extra); not checked yet",
 }
 
@@ -86,5 +83,5 @@ def test_marked_blocks_are_only_parsed(tmp_path):
     page.write_text("<!-- docs: help (needs the hub) -->\n```bash\nr2med run --tasks Biology\nr2med run --no-such-flag\n"
                     "```\n", encoding="utf-8")
     problems = sync_docs.report(sync_docs.run_page(page))
-    assert problems == [f"{page} block 1 (line 2), `r2med run --no-such-flag`: `r2med run --no-such-flag` does not parse "
-                        "(exit 2)"]
+    said = f"{page} block 1 (line 2), `r2med run --no-such-flag`: `r2med run --no-such-flag` does not parse (exit 2)"
+    assert problems == [said]

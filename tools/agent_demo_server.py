@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "agent"))
 
-from completion_server import CompletionServer  # noqa: E402 (the tests' module, beside this checkout)
+from completion_server import CompletionServer
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -47,6 +47,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import typing
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -193,7 +194,7 @@ def expand_same(command: str, previous: str | None) -> str:
 class Servers:
     """The servers shared by the pages of one session (by command line), stopped by ``stop_all``."""
 
-    running: dict[str, subprocess.Popen] = {}
+    running: typing.ClassVar[dict[str, subprocess.Popen]] = {}
 
     @classmethod
     def start(cls, command: str, cwd: Path, env: dict[str, str], log: Path) -> str:
@@ -261,12 +262,19 @@ def displayed(text: str, tmp: Path) -> list[str]:
     for real, shown in ((f"{tmp}/work/", ""), (f"{tmp}/work", "."), (f"{tmp}/home", "~"), (f"{tmp}/shared", "../shared"),
                         (shared, "../shared"), (f"{tmp}/tmp", DISPLAY_TMP), (str(tmp), DISPLAY_TMP), (f"{REPO}/", "")):
         text = text.replace(real, shown)
-    out = []
+    out: list[str] = []
+    after_bar = False
     for line in text.split("\n"):
         parts = [p for p in line.split("\r") if p.strip()]
         kept = [p for p in parts if not PROGRESS.search(p)]
-        if not kept and "\r" in line:
+        if not kept and (parts or "\r" in line or line.strip() != line):
+            if out and not out[-1]:
+                out.pop()  # the blank line a bar was drawn after
+            after_bar = True
             continue  # a line of progress bars only (or a bar cleared with blanks)
+        if after_bar and not kept:
+            continue
+        after_bar = False
         out.append((kept[-1] if kept else "").rstrip())
     while out and not out[-1]:
         out.pop()
@@ -333,7 +341,7 @@ def parse_only(command: str) -> str:
         if not words or words[0] != "r2med":
             continue
         parser = build_parser()
-        with contextlib.redirect_stderr(sys.stdout), contextlib.redirect_stdout(open(os.devnull, "w")):  # noqa: SIM115
+        with contextlib.redirect_stderr(sys.stdout), contextlib.redirect_stdout(open(os.devnull, "w")):
             try:
                 parser.parse_args(words[1:])
             except SystemExit as exc:
@@ -412,6 +420,22 @@ def run_page(page: Path, *, log: Path | None = None) -> list[Outcome]:
     return outcomes
 
 
+def elided(page: list[str], printed: list[str]) -> list[str]:
+    """``printed`` as the page shows it: where the page has one ``...`` line, as many printed lines before and after
+    it as the page had, and the ``...`` between them (more than one ``...``: all of ``printed``).
+
+    >>> elided(["{", "  a", "...", "}"], ["{", "  b", "  c", "  d", "}"])
+    ['{', '  b', '...', '}']
+    """
+    marks = [i for i, line in enumerate(page) if line.strip() == "..."]
+    if len(marks) != 1:
+        return list(printed)
+    head, tail = marks[0], len([line for line in page[marks[0] + 1:] if line.strip()])
+    if head + tail >= len(printed):
+        return list(printed)
+    return [*printed[:head], page[marks[0]], *printed[len(printed) - tail:]]
+
+
 def rewrite(page: Path, outcomes: list[Outcome]) -> int:
     """Write what the commands printed into the page's transcripts (a ``...`` line of the page is kept where it
     still matches); returns how many outputs changed."""
@@ -439,7 +463,7 @@ def rewrite(page: Path, outcomes: list[Outcome]) -> int:
                 new_body.extend(step.output or [])
                 continue
             changed += 1
-            new_body.extend(outcome.printed)
+            new_body.extend(elided(step.output or [], outcome.printed))
             if step.output and not step.output[-1].strip():  # keep the blank line between commands
                 new_body.append("")
         lines[block.start:block.end] = new_body
