@@ -67,7 +67,7 @@ SYNOPSIS = re.compile(r"\[--|\w\|\w")
 FENCE = re.compile(r"^```(\w*)\s*$")
 PROGRESS = re.compile(r"\d+%\|| \d+(\.\d+)?(it|s|doc|q|pair|query|window|req)/s\]|\?(it|doc|q)/s\]")
 DURATION = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?: ?)(?:s|ms|min)\b")
-COMMAND_TIMEOUT = 600
+COMMAND_TIMEOUT = 300  # a command that blocks (a server started without &) fails the page, it does not hang it
 
 
 @dataclass
