@@ -169,7 +169,7 @@ def each_kind(server: StackServer, *faults: Any) -> dict[str, Any]:
     return outcomes
 
 
-def test_a_refused_connection_is_retried_then_a_missing_resource_for_every_kind():
+def test_a_refused_connection_fails_at_once_for_every_kind():
     with socket.socket() as sock:  # a port nobody listens on
         sock.bind(("127.0.0.1", 0))
         base_url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
@@ -178,8 +178,38 @@ def test_a_refused_connection_is_retried_then_a_missing_resource_for_every_kind(
         with pytest.raises(MissingResourceError) as info:
             send(base_url)
         assert str(info.value).startswith(f"{label}: cannot reach {base_url}{PATHS[kind][3:]}: connection refused "
-                                          "on 3 attempts; start the server first"), kind
-        assert info.value.exit_code == 4 and info.value.stats["requests"] == 3 and info.value.stats["retries"] == 2
+                                          "(is the server started?); start the server first"), kind
+        assert "\n" not in str(info.value)
+        assert info.value.exit_code == 4 and info.value.stats["requests"] == 1 and info.value.stats["retries"] == 0
+
+
+def test_a_refused_connection_after_an_answer_is_retried():
+    """A server that answered once and then refuses is restarting: retried, then exit 4 after the last attempt."""
+    running = StackServer()
+    client = JsonClient(running.base_url, label="m", secret=Secret(""), timeout=TIMEOUT,
+                        policy=RetryPolicy(max_retries=RETRIES, base_delay=BACKOFF, max_delay=MAX_BACKOFF))
+    assert client.post("/chat/completions", {})["choices"][0]["message"]["content"] == "ok"
+    running.stop()
+    client.close()  # its kept-alive connection would still reach the stopped server's handler thread
+    with pytest.raises(MissingResourceError, match="connection refused on 3 attempts") as info:
+        client.post("/chat/completions", {})
+    assert info.value.exit_code == 4
+    assert client.stats.snapshot()["requests"] == 4 and client.stats.snapshot()["retries"] == 2
+
+
+@pytest.mark.parametrize(("status", "lacks"), [
+    (501, "the server at {base} does not support /{endpoint} (HTTP 501 Not Implemented)"),
+    (404, "the server at {base} has no /{endpoint} for this model (HTTP 404 Not Found)"),
+])
+def test_not_supported_is_not_retried_and_says_what_the_server_lacks(server, status, lacks):
+    message = {"error": {"message": "this server does not support embeddings"}}
+    outcomes = each_kind(server, (status, {}, message))
+    for kind in KINDS:
+        error = outcomes[kind]
+        assert isinstance(error, FatalProviderError) and error.exit_code == 6, kind
+        assert lacks.format(base=server.base_url, endpoint=PATHS[kind][4:]) in str(error), kind
+        assert "this server does not support embeddings" in str(error), kind
+        assert server.count(PATHS[kind]) == 1 and error.stats["retries"] == 0, kind  # one attempt, no retry
 
 
 @pytest.mark.parametrize(("fault", "waited"), [

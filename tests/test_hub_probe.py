@@ -162,3 +162,27 @@ def test_a_connection_error_after_the_probe_is_the_one_line_error(probes, monkey
         "cannot reach the Hugging Face hub (ConnectError: [Errno 101] Network is unreachable) to "
     )
     assert "\n" not in message and info.value.__cause__ is None
+
+
+def test_with_the_probe_off_the_error_does_not_offer_to_turn_it_off(monkeypatch):
+    from r2med.hf import unreachable_error
+
+    hint = " (R2MED_HUB_PROBE=0 skips this check)"
+    assert str(unreachable_error("x: refused", "download Biology", "use --data-dir DIR")).endswith(hint)
+    monkeypatch.setenv("R2MED_HUB_PROBE", "0")
+    assert str(unreachable_error("x: refused", "download Biology", "use --data-dir DIR")) == (
+        "cannot reach the Hugging Face hub (x: refused) to download Biology: connect a network, or use --data-dir DIR")
+
+
+def test_an_uncached_model_offline_is_one_line_without_transformers_advice(monkeypatch):
+    from r2med.hf import load_error
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    transformers_says = OSError("We couldn't connect to 'https://huggingface.co' to load the files.\nCheck your internet "
+                                "connection or see how to run the library in offline mode at 'https://hf.co/docs'.")
+    error = load_error("facebook/contriever-msmarco", transformers_says)
+    assert str(error) == (
+        "cannot load model 'facebook/contriever-msmarco': HF_HUB_OFFLINE is set and it is not in the local Hugging "
+        "Face cache; if it is a Hugging Face id, download it while online ('hf download facebook/contriever-msmarco') "
+        "or unset HF_HUB_OFFLINE; or pass the path of a local copy")
+    assert error.exit_code == 4

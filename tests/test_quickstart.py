@@ -34,9 +34,20 @@ def commands(section: str) -> list[list[str]]:
     return [shlex.split(line, comments=True) for line in bash.splitlines() if line.startswith("r2med ")]
 
 
+#: the quick start fits one screen: the commands to the report, one Python example, one line of pointers
+QUICK_START_LINES = 30
+
+
 def test_quick_start_is_short():
     lines = quick_start().rstrip("\n").splitlines()
-    assert len(lines) <= 25, f"the quick start has {len(lines)} lines"
+    assert len(lines) <= QUICK_START_LINES, f"the quick start has {len(lines)} lines (budget {QUICK_START_LINES})"
+
+
+def test_quick_start_ends_with_the_report_and_names_its_extra():
+    [bash] = blocks(quick_start(), "bash")
+    lines = [line.split("#")[0].strip() for line in bash.splitlines()]
+    assert lines[-1] == "r2med report" and lines[-2] == 'pip install -e ".[report]"'
+
 
 
 @pytest.fixture
@@ -59,7 +70,8 @@ def fake_hub(monkeypatch):
 
 def test_quick_start_commands_run_as_written(cli, tmp_path, monkeypatch, fake_hub):
     monkeypatch.chdir(tmp_path)
-    sample, offline, hub = commands(quick_start())
+    monkeypatch.setenv("R2MED_HOME", str(tmp_path / "home"))
+    sample, offline, hub, leaderboard, report = commands(quick_start())
     assert sample == ["r2med", "datasets", "sample", "r2med-sample"]
     assert cli(*sample[1:]).code == 0
     # the offline run: BM25 on the sample, a real non-zero table, no hub call
@@ -79,12 +91,33 @@ def test_quick_start_commands_run_as_written(cli, tmp_path, monkeypatch, fake_hu
                           "PMC-Treatment", "PMC-Clinical", "IIYi-Clinical", "average"]
     assert rows["Biology"] == ["100.00", "100.00", "19.19"] and rows["IIYi-Clinical"] == ["100.00", "100.00", "12.02"]
     assert rows["average"] == ["100.00", "100.00", "15.13"]  # the paper's BM25 average over the 8 datasets
+    # the leaderboard with no argument reads ./results: one BM25 row, the sample's 79.66 and the tiny 100.00s
+    assert leaderboard == ["r2med", "leaderboard"]
+    result = cli(*leaderboard[1:])
+    assert result.code == 0, result.err
+    [row] = [line for line in result.out.splitlines() if "| BM25 " in line]
+    cells = [c.strip() for c in row.split("|")[1:-1]]
+    assert cells[2:4] == ["base retriever/bm25", "results"] and "79.66" in cells and cells.count("100.00") == 8
+    # the report with no argument: ./results -> report.html, with the sample's texts and judgements found through
+    # the manifests (no --data-dir)
+    pytest.importorskip("jinja2")
+    pytest.importorskip("matplotlib")
+    assert report == ["r2med", "report"]
+    result = cli(*report[1:])
+    assert result.code == 0, result.err
+    page = (tmp_path / "report.html").read_text(encoding="utf-8")
+    assert "texts and judgements not shown" not in page
+    assert "0-dimensional biomaterials show inductive properties." in page  # query 1 of the sample's query.jsonl
+    assert "\u2713 1" in page  # a judged relevant document marked with its grade
 
 
-def test_quick_start_python_snippet_runs(tmp_path, monkeypatch, cli):
+def test_quick_start_python_snippet_runs(tmp_path, monkeypatch, cli, capsys):
     monkeypatch.chdir(tmp_path)
     assert cli("datasets", "sample", "r2med-sample").code == 0
     [python] = blocks(quick_start(), "python")
     exec(compile(python, "README.md quick start", "exec"), {})  # noqa: S102 (the README's own snippet)
+    out = capsys.readouterr().out
+    # vowel counts + 1 as embeddings: nDCG@10 0.0228 on the sample (stored below), printed x100 as the page says
+    assert out == "nDCG@10 2.28\n" and "# nDCG@10 2.28" in python
     stored = json.loads((tmp_path / "results" / "base retriever" / "char-counts-v1" / "scifact-sample.json").read_text())
-    assert stored["dataset_name"] == "scifact-sample" and 0 < stored["test"]["ndcg_at_10"] < 1
+    assert stored["dataset_name"] == "scifact-sample" and stored["test"]["ndcg_at_10"] == 0.0228

@@ -182,10 +182,13 @@ def load_error(model: str, exc: BaseException) -> MissingResourceError:
                 f"download it where there is one ('hf download {model}') and copy the cache over, or pass the "
                 "path of a local copy",
             )
+    if get_settings().hf_offline and not is_local(model):  # transformers' own advice is about its own settings
+        why = "HF_HUB_OFFLINE is set and it is not in the local Hugging Face cache"
+    else:
+        why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
     return MissingResourceError(
-        f"cannot load model '{model}': {exc}\n"
-        f"If it is a Hugging Face id, download it while online ('hf download {model}') or unset "
-        "HF_HUB_OFFLINE; or pass the path of a local copy."
+        f"cannot load model '{model}': {why}; if it is a Hugging Face id, download it while online "
+        f"('hf download {model}') or unset HF_HUB_OFFLINE; or pass the path of a local copy"
     )
 
 
@@ -296,8 +299,11 @@ def unreachable_error(reason: str, what: str, offline: str) -> HubUnreachableErr
     >>> str(unreachable_error("https://huggingface.co: gaierror: no name", "download Biology", "use --data-dir DIR"))
     'cannot reach the Hugging Face hub (https://huggingface.co: gaierror: no name) to download Biology: connect a network, or use --data-dir DIR (R2MED_HUB_PROBE=0 skips this check)'
     """
+    from r2med.settings import get_settings
+
+    skip = " (R2MED_HUB_PROBE=0 skips this check)" if get_settings().hub_probe else ""  # no hint to do what was done
     return HubUnreachableError(f"cannot reach the Hugging Face hub ({reason}) to {what}: connect a network, or {offline}"
-                               " (R2MED_HUB_PROBE=0 skips this check)")
+                               f"{skip}")
 
 
 def require_hub(what: str, offline: str) -> None:

@@ -143,6 +143,8 @@ def build_manifest(
             "name": dataset.name,
             "revision": dataset.revision,
             "source": dataset.source,
+            # absolute, so that a later command (r2med report) finds the texts and judgements from any directory
+            "directory": os.path.abspath(dataset.source) if dataset.source else None,
             "sha256": dict(dataset.sha256),
             "documents": len(dataset.doc_ids),
             "queries": len(dataset.queries),

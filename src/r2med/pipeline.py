@@ -68,7 +68,8 @@ def _run(spec: PipelineSpec, named: list, loaders: list, lock: DirectoryLock, *,
         return stage.where
 
     if spec.first_stage is not None:
-        first = FirstStage.resolve(spec.first_stage, output=spec.output, system=spec.first_stage_system)
+        first = FirstStage.resolve(spec.first_stage, output=spec.output, system=spec.first_stage_system,
+                                   data_dir=spec.data_dir)
         if first.file is not None and len(named) != 1:
             raise UsageError(f"--run {spec.first_stage} is one run file; name its dataset with --tasks "
                              f"(got {len(named)} datasets)")

@@ -53,7 +53,7 @@ def words(text: str) -> int:
 
 class CompletionServer:
     def __init__(self, *, latency: float = 0.0, max_model_len: int | None = None, tell_context: bool = True,
-                 tokenize: bool = True) -> None:
+                 tokenize: bool = True, port: int = 0) -> None:
         self.latency = latency
         self.tokenize = tokenize
         self.max_model_len = max_model_len
@@ -106,7 +106,7 @@ class CompletionServer:
                 except (BrokenPipeError, ConnectionResetError):
                     pass
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
         self._thread.start()

@@ -51,8 +51,38 @@ def test_load_biology_demo_sample():
     assert len(ds.doc_ids) == 2 and len(ds.queries) == 2
     assert ds.judged_query_ids == ["0"]
     assert ds.query_fields["0"]["doc_id"][0].startswith("insects_attracted_to_light/")
-    assert any("no judgements" in w for w in ds.warnings)
+    # unjudged queries are left out of scoring as the benchmark does: said at INFO (-v), not warned (the Python API
+    # would print a warning with progress off); judgements of absent documents change scores: a warning
+    assert ds.infos == ("1 queries have no judgements (e.g. '1'); they are excluded from scoring",)
+    assert not any("no judgements" in w for w in ds.warnings)
     assert any("not in the corpus" in w for w in ds.warnings)
+
+
+def test_the_python_api_prints_nothing_about_unjudged_queries(tmp_path):
+    """In a plain Python process (no logging set up: Python prints warnings itself), not under pytest's handlers."""
+    import subprocess
+    import sys
+
+    code = ("import r2med; r2med.run('bm25', data_dir={data!r}, datasets='Biology-demo', output={out!r}, "
+            "progress=False)").format(data=str(shared_path("samples")), out=str(tmp_path / "out"))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "not in the corpus" in done.stderr  # a real warning still shows
+    assert "no judgements" not in done.stderr + done.stdout
+
+
+def test_a_beir_folder_with_only_dev_judgements_says_so(tmp_path):
+    folder = tmp_path / "beir"
+    (folder / "qrels").mkdir(parents=True)
+    (folder / "corpus.jsonl").write_text('{"_id": "d1", "title": "", "text": "fever"}\n')
+    (folder / "queries.jsonl").write_text('{"_id": "q1", "text": "fever"}\n')
+    (folder / "qrels" / "dev.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+    ds = load_dir(folder)
+    said = (f"{folder / 'qrels' / 'dev.tsv'}: scored on BEIR's dev split (the folder has no qrels/test.tsv); its "
+            "numbers are not test numbers")
+    assert ds.warnings == (said,)
+    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+    assert load_dir(folder).warnings == ()  # the test split, when there is one, says nothing
 
 
 def test_load_scifact_with_hashes():

@@ -116,8 +116,9 @@ def test_connection_refused_is_a_missing_resource_naming_the_url():
     with pytest.raises(MissingResourceError) as info:
         run_many(client, [job("a"), job("b")])
     message = str(info.value)
-    assert f"http://127.0.0.1:{port}/v1" in message and "connection refused on 3 attempts" in message
-    assert "--base-url" in message and info.value.exit_code == 4
+    # nothing ever answered there: no retry (a server that is not started does not start in the next 30 s)
+    assert f"http://127.0.0.1:{port}/v1" in message and "connection refused (is the server started?)" in message
+    assert "--base-url" in message and info.value.exit_code == 4 and client.stats["retries"] == 0
 
 
 def test_budget_stops_new_requests_and_keeps_what_finished(server):

@@ -38,7 +38,8 @@ def register(subparsers, common_parent: argparse.ArgumentParser | None = None) -
     )
     parser.add_argument("a", metavar="A", help="first system (differences are A - B)")
     parser.add_argument("b", metavar="B", help="second system")
-    parser.add_argument("--results", type=Path, default=None, help="result directory that A and B are paths in")
+    parser.add_argument("--results", type=Path, default=Path("results"),
+                        help="result directory that A and B are paths in (default ./results)")
     parser.add_argument("--tasks", "--datasets", dest="tasks", type=csv_list, default=None, metavar="NAMES",
                         help="comma-separated datasets, any collection ('r2med' = R2MED's eight; default: every "
                              "dataset either system has)")

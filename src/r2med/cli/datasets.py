@@ -101,7 +101,7 @@ def cmd_datasets_validate(args: argparse.Namespace) -> int:
             "path": str(folder),
             "usable": dataset is not None,
             "errors": problems.errors,
-            "warnings": problems.warnings,
+            "warnings": problems.warnings + problems.infos,  # validate lists everything it found
         }
         if dataset is not None:
             report[name].update(documents=len(dataset.doc_ids), queries=len(dataset.queries), judged=len(dataset.judged_query_ids))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -49,6 +50,23 @@ def cmd_fuse(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_file(text: str) -> Path:
+    """``--output``: a file; a name ending in ``/`` names a directory (even one that does not exist yet), which
+    ``Path`` would silently turn into a file of that name.
+
+    >>> run_file("out/fused.run")
+    PosixPath('out/fused.run')
+    >>> run_file("outdir/")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: 'outdir/' names a directory (it ends with '/'); name the fused run file, e.g. outdir/fused.run
+    """
+    if text.endswith(("/", os.sep)):
+        raise argparse.ArgumentTypeError(f"{text!r} names a directory (it ends with '/'); name the fused run file, "
+                                         f"e.g. {text.rstrip('/' + os.sep)}/fused.run")
+    return Path(text)
+
+
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     """Add ``fuse`` to the ``r2med`` subcommands (``common``: the -q/-v options)."""
     fu = sub.add_parser("fuse", parents=[common], help="fuse runs: RRF, CombSUM, CombMNZ, weighted interpolation")
@@ -58,6 +76,6 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
     fu.add_argument("--method", default="rrf", choices=list(METHODS), help="default rrf")
     fu.add_argument("--top-k", type=positive_int, default=100, help="documents kept per query (default 100)")
-    fu.add_argument("--output", "-o", type=Path, required=True, help="the fused TREC run to write")
+    fu.add_argument("--output", "-o", type=run_file, required=True, help="the fused TREC run to write")
     add(fu, flag_sets())
     fu.set_defaults(func=cmd_fuse)

@@ -53,12 +53,26 @@ def emit(text: str, output: Path | None) -> None:
     write_text_atomic(output, text if text.endswith("\n") else text + "\n")
 
 
+#: where ``r2med run`` writes by default, and where leaderboard, compare and report look when given no directory
+DEFAULT_RESULTS = Path("results")
+
+
+def default_result_dirs(given: Sequence[Path], with_paper: bool) -> list[Path]:
+    """``given``, else ``./results`` (``r2med run``'s default ``--output``) when it exists or nothing else is asked
+    for (then the error names it)."""
+    if given:
+        return list(given)
+    if DEFAULT_RESULTS.is_dir() or not with_paper:
+        return [DEFAULT_RESULTS]
+    return []
+
+
 def cmd_leaderboard(args: argparse.Namespace) -> int:
     from r2med.reporting.breakdown import by_body_system, by_task
     from r2med.reporting.leaderboard import format_leaderboard, gather, rows_of
 
     fmt = output_format(args)
-    systems = gather(args.result_dirs, with_paper=args.with_paper)
+    systems = gather(default_result_dirs(args.result_dirs, args.with_paper), with_paper=args.with_paper)
     rows = rows_of(systems, args.metric, args.datasets)
     breakdown = None
     if args.by == "task":
@@ -84,7 +98,8 @@ def register(subparsers, common_parent: argparse.ArgumentParser | None = None) -
                     "systems missing datasets show their coverage and no average. --by task or body-system groups "
                     "the columns as the paper does.",
     )
-    parser.add_argument("result_dirs", nargs="*", type=Path, metavar="RESULT_DIR", help="result directories")
+    parser.add_argument("result_dirs", nargs="*", type=Path, metavar="RESULT_DIR",
+                        help="result directories (default ./results, where 'r2med run' writes)")
     parser.add_argument("--with-paper", action="store_true", help="add the published numbers (source 'paper') and the public leaderboard (its averages in "
                              "column 'leaderboard'; its rows without per-dataset numbers as source 'leaderboard')")
     parser.add_argument("--datasets", "--tasks", dest="datasets", type=csv_list, default=None, metavar="NAMES",

@@ -84,7 +84,8 @@ def register(subparsers, common_parent: argparse.ArgumentParser | None = None) -
                     "comparison of two systems (A, B: default the two best with per-query files) and a per-query "
                     "drill-down (query, expansion, top documents with relevance marks and scores).",
     )
-    parser.add_argument("result_dir", type=Path, metavar="RESULT_DIR", help="result directory (written by 'r2med run')")
+    parser.add_argument("result_dir", type=Path, nargs="?", default=Path("results"), metavar="RESULT_DIR",
+                        help="result directory (written by 'r2med run'; default ./results)")
     parser.add_argument("-o", "--output", type=Path, default=Path("report.html"), help="HTML file (default report.html)")
     parser.add_argument("--a", default=None, metavar="SYSTEM", help="system path of A (e.g. 'base retriever/bm25')")
     parser.add_argument("--b", default=None, metavar="SYSTEM", help="system path of B")
@@ -94,7 +95,8 @@ def register(subparsers, common_parent: argparse.ArgumentParser | None = None) -
                         help="comma-separated datasets to show; 'r2med' = R2MED's eight, 'all' = every dataset held "
                              "(default: every dataset the results hold)")
     parser.add_argument("--data-dir", type=Path, default=None,
-                        help="dataset directories for query/document texts and judgements (default: the hub cache)")
+                        help="dataset directories for query/document texts and judgements (default: the directory each "
+                             "result's manifest records, checked against its file hashes, else the hub cache)")
     parser.add_argument("--top", type=int, default=10, help="documents shown per query (default 10)")
     parser.add_argument("--max-doc-chars", type=int, default=400, help="characters of each document shown (default 400)")
     parser.add_argument("--max-queries", type=int, default=None, help="queries shown per dataset (default all)")

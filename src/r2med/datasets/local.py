@@ -220,7 +220,8 @@ def cross_check(doc_ids: list[str], queries: dict[str, str], qrels: Qrels, probl
                                          f"judged: {_shown([repr(q) for q in list(qrels)[:_SHOW]], len(qrels))}); "
                                          "the qrels and the queries must use the same query ids")
     elif unjudged:
-        problems.note(f"{len(unjudged)} queries have no judgements (e.g. {unjudged[0]!r}); they are excluded from scoring")
+        # as pytrec_eval and the official scripts do: not a warning (the Python API would print it with progress off)
+        problems.info(f"{len(unjudged)} queries have no judgements (e.g. {unjudged[0]!r}); they are excluded from scoring")
     no_positive = [qid for qid in queries if qid in qrels and not any(r > 0 for r in qrels[qid].values())]
     if no_positive:
         problems.note(f"{len(no_positive)} queries have judgements but none positive (e.g. {no_positive[0]!r}); they score 0")
@@ -245,6 +246,9 @@ def scan_dir(path: Path, name: str | None = None) -> tuple[Dataset | None, Probl
     if problem is not None:  # the name is the stem of every result file (r2med.io.names)
         problems.error(str(path), None, f"the dataset name {name!r} cannot be used as a file name: {problem}; "
                                         "rename the directory")
+    if layout.qrels.relative_to(path).as_posix() == "qrels/dev.tsv":  # BEIR's test split is what is reported
+        problems.note(f"{layout.qrels}: scored on BEIR's dev split (the folder has no qrels/test.tsv); its numbers are "
+                      "not test numbers")
     corpus_lines = HashingLines(layout.corpus, problems)
     query_lines = HashingLines(layout.queries, problems)
     qrels_lines = HashingLines(layout.qrels, problems)
@@ -277,6 +281,7 @@ def scan_dir(path: Path, name: str | None = None) -> tuple[Dataset | None, Probl
             layout.qrels.relative_to(path).as_posix(): qrels_lines.sha256,
         },
         warnings=tuple(problems.warnings),
+        infos=tuple(problems.infos),
     )
     return dataset, problems
 
@@ -288,6 +293,8 @@ def load_dir(path: Path, name: str | None = None) -> Dataset:
         raise InvalidInputError(f"{path}: the dataset cannot be used ({len(problems.errors)} problems)", problems.errors)
     for warning in dataset.warnings:
         logger.warning("%s: %s", dataset.name, warning)
+    for info in dataset.infos:
+        logger.info("%s: %s", dataset.name, info)
     return dataset
 
 

@@ -30,6 +30,8 @@ class Dataset:
     revision: str | None = None
     sha256: dict[str, str] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+    #: facts about the data that change nothing the benchmark's conventions do not (logged at INFO, shown with -v)
+    infos: tuple[str, ...] = ()
 
     @cached_property
     def corpus(self) -> dict[str, str]:

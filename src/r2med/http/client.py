@@ -34,6 +34,7 @@ from r2med.http.retry import (
     exhausted,
     json_object,
     status_retry,
+    unreachable_at_once,
 )
 from r2med.http.rules import Secret, is_local_url, safe_url
 
@@ -128,6 +129,9 @@ class JsonClient:
         self._secret = secret
         self._rng = rng or random.Random()
         self._lock = threading.Lock()
+        #: whether the server has answered once: a refused connection before that fails at once (nothing listens),
+        #: after it is retried (a server restarting)
+        self._answered = False
         self._async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
 
     def __repr__(self) -> str:
@@ -213,7 +217,10 @@ class JsonClient:
             sent = outcome.sent
             if isinstance(sent, BaseException):
                 retry = self._transport_retry(sent, where)
+                if retry.unreachable and retry.reason == "connection refused" and not self._answered:
+                    raise unreachable_at_once(retry, label=self.label, url=shown, fix=self.unreachable_fix)
             elif 200 <= sent[0] < 300:
+                self._answered = True
                 if isinstance(sent[2], bytes):  # a file's GET (``get_bytes``): its bytes as they came
                     outcome.value = sent[2]
                     return
@@ -223,6 +230,7 @@ class JsonClient:
                 except BadAnswer as exc:
                     retry = Retry(str(exc))
             else:
+                self._answered = True
                 retry = (classify or status_retry)(sent[0], sent[1], sent[2], where=where, key_hint=self.key_hint)
             if attempt == policy.max_retries:
                 raise exhausted(retry, label=self.label, url=shown, attempts=attempt + 1, method=method,

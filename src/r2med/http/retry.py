@@ -1,11 +1,14 @@
 """The one retry policy and error classification of r2med's HTTP clients (embeddings, chat, completions).
 
-What is retried: HTTP 408, 409, 429 and 5xx, timeouts, refused and dropped connections, and a 2xx answer the
-caller cannot use (``BadAnswer``: not JSON, no choices, no embeddings), each after an exponential backoff with
-jitter or after exactly the wait the server asks for (``retry-after-ms`` or ``Retry-After``, in seconds or as an
-HTTP date; a wait longer than ``RetryPolicy.max_retry_after`` fails at once). What fails at once: any other 4xx
-(``ProviderError`` with the server's message; a rejected key, an unknown model or a used-up quota as
-``FatalProviderError``, which stops a run of many requests). After the last attempt: ``MissingResourceError``
+What is retried: HTTP 408, 409, 429 and 5xx (but 501), timeouts, dropped connections, a refused one from a server
+that has answered before (it may be restarting), and a 2xx answer the caller cannot use (``BadAnswer``: not JSON,
+no choices, no embeddings), each after an exponential backoff with jitter or after exactly the wait the server asks
+for (``retry-after-ms`` or ``Retry-After``, in seconds or as an HTTP date; a wait longer than
+``RetryPolicy.max_retry_after`` fails at once). What fails at once: a server that was never reached (nothing
+listens there: ``MissingResourceError``, exit 4, see ``unreachable_at_once``); any other 4xx (``ProviderError`` with
+the server's message; a rejected key, an unknown model or a used-up quota as ``FatalProviderError``, which stops a
+run of many requests); 404 and 501, "this server does not serve that" (``FatalProviderError`` naming the endpoint
+the server lacks). After the last attempt: ``MissingResourceError``
 (exit 4) when the server could not be reached, else ``ProviderError`` (exit 6) with the last reason.
 """
 
@@ -14,6 +17,7 @@ from __future__ import annotations
 import email.utils
 import json
 import random
+import re
 import threading
 import time
 from collections.abc import Mapping
@@ -23,6 +27,8 @@ from typing import Any
 from r2med.errors import MissingResourceError, ProviderError
 
 RETRY_STATUSES = frozenset({408, 409, 429})
+#: "this server does not serve that": the same request gets the same answer, so none is retried
+NOT_SUPPORTED = frozenset({404, 501})
 
 
 class FatalProviderError(ProviderError):
@@ -168,8 +174,8 @@ def status_retry(status: int, headers: Mapping[str, str], text: str, *, where: s
     failed = f"{where} failed with HTTP {status}: {message}"
     if status in (401, 403):
         raise FatalProviderError(f"{failed} (check the API key{f' in ${key_hint}' if key_hint else ''})")
-    if status == 404:
-        raise FatalProviderError(f"{failed} (is the model id and base URL right?)")
+    if status in NOT_SUPPORTED:
+        raise FatalProviderError(f"{failed} ({not_supported(where, status)})")
     if status == 429 and "insufficient_quota" in text:
         raise FatalProviderError(f"{failed} (quota used up)")
     if 300 <= status < 400:
@@ -182,6 +188,37 @@ def status_retry(status: int, headers: Mapping[str, str], text: str, *, where: s
 #: what to do about a server that could not be reached (an API r2med POSTs to)
 START_SERVER = ("start the server first (e.g. `vllm serve MODEL --port 8000` or `llama-server -m MODEL.gguf --port "
                 "8080`) and pass its address as --base-url http://HOST:PORT/v1 (or $OPENAI_BASE_URL)")
+
+
+def not_supported(where: str, status: int) -> str:
+    """What a 404 or 501 answer says the server lacks; ``where`` is ``"<label>: POST <url>"`` (or GET).
+
+    >>> not_supported("openai: POST http://h:8080/v1/embeddings", 501)
+    'the server at http://h:8080/v1 does not support /embeddings (HTTP 501 Not Implemented): start one that serves it (llama-server needs --embeddings) or pick another --base-url'
+    >>> not_supported("m: POST http://h/v1/chat/completions", 404)
+    'the server at http://h/v1 has no /chat/completions for this model (HTTP 404 Not Found): is the model id right, and is --base-url the API (ending in /v1)?'
+    """
+    sent = re.search(r": (?:POST|GET) (\S+)$", where)
+    url = sent.group(1) if sent else where
+    api = re.match(r"^(.*/v\d+)/(.+)$", url)  # the API's base URL (up to /v1) and the endpoint after it
+    base, endpoint = api.groups() if api else url.rpartition("/")[::2]
+    hint = " (llama-server needs --embeddings)" if endpoint == "embeddings" else ""
+    if status == 501:
+        return (f"the server at {base} does not support /{endpoint} (HTTP 501 Not Implemented): start one that serves "
+                f"it{hint} or pick another --base-url")
+    return (f"the server at {base} has no /{endpoint} for this model (HTTP 404 Not Found): is the model id right, "
+            "and is --base-url the API (ending in /v1)?")
+
+
+def unreachable_at_once(retry: Retry, *, label: str, url: str, fix: str | None = None) -> MissingResourceError:
+    """The error of a first attempt that found nothing listening: no retry (a server that is not started does not
+    start in the next 30 s), one line, exit 4; ``fix``: what to do (default: start it, ``START_SERVER``).
+
+    >>> unreachable_at_once(Retry("connection refused", unreachable=True), label="m", url="http://127.0.0.1:9/v1/x")
+    MissingResourceError('m: cannot reach http://127.0.0.1:9/v1/x: connection refused (is the server started?); start the server first (e.g. `vllm serve MODEL --port 8000` or `llama-server -m MODEL.gguf --port 8080`) and pass its address as --base-url http://HOST:PORT/v1 (or $OPENAI_BASE_URL)')
+    """
+    return MissingResourceError(f"{label}: cannot reach {url}: {retry.reason} (is the server started?); "
+                                f"{fix or START_SERVER}")
 
 
 def exhausted(retry: Retry, *, label: str, url: str, attempts: int, method: str = "POST",

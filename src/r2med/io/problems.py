@@ -36,6 +36,7 @@ class Problems:
         self.errors: list[str] = []
         self._tallies: dict[tuple[str, str], _Tally] = {}
         self._notes: list[str] = []
+        self.infos: list[str] = []
 
     def error(self, path: str, line: int | None, message: str) -> None:
         where = f"{path}:{line}" if line else path
@@ -50,6 +51,10 @@ class Problems:
     def note(self, message: str) -> None:
         """A finding that is not tied to a line (a cross-file check)."""
         self._notes.append(message)
+
+    def info(self, message: str) -> None:
+        """A fact worth saying with ``-v`` but no warning: the data are used as the benchmark's conventions say."""
+        self.infos.append(message)
 
     @property
     def warnings(self) -> list[str]:

@@ -32,6 +32,7 @@ from r2med.reporting.official import PublishedSystem, is_published, normalise_me
 from r2med.reporting.paths import system_path
 from r2med.reporting.stats import PairedTest, holm, paired_test
 from r2med.store.result_set import PER_QUERY_SUFFIX, RESULT_SUFFIX, read_result_file
+from r2med.store.results import match_system
 
 logger = logging.getLogger(__name__)
 
@@ -137,6 +138,13 @@ def resolve_system(spec: str, *, results: Path | None = None) -> SystemSource:
     for folder in tried:
         if folder.is_dir():
             return SystemSource(spec, system_path(folder, folder.parent), directory=folder)
+    if results is not None and Path(results).is_dir():  # a short name: 'bm25' for 'base retriever/bm25'
+        stored = sorted({p.parent.relative_to(results).as_posix() for p in Path(results).rglob("*.json")
+                         if not p.name.endswith(".manifest.json")})
+        key = match_system(spec, stored)
+        if key is not None:
+            folder = Path(results) / key
+            return SystemSource(key, system_path(folder, folder.parent), directory=folder)
     if is_published(spec):
         system = published(spec)
         return SystemSource(spec, system.path, paper=system)

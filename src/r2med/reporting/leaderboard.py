@@ -303,8 +303,8 @@ def gather(result_dirs: Sequence[Path], *, with_paper: bool = False) -> list[Sys
         systems.extend(published_board())
     if not systems:
         raise MissingResourceError(
-            "no results to show: give result directories (written by 'r2med run' or the official results/ tree) "
-            "or --with-paper"
+            "no results to show: give result directories (default ./results, where 'r2med run' writes; or the "
+            "official results/ tree) or --with-paper"
         )
     return systems
 

@@ -36,7 +36,7 @@ from r2med.reporting.tables import pct
 from r2med.settings import Settings, get_settings
 from r2med.store.expansions import EXPANSION_FILE, expansion_dir
 from r2med.store.result_set import PER_QUERY_SUFFIX, RUN_SUFFIX, ResultFiles, read_result_file
-from r2med.store.results import SystemPath
+from r2med.store.results import SystemPath, match_system
 
 logger = logging.getLogger(__name__)
 
@@ -65,8 +65,8 @@ def _has_per_query(s: SystemResults) -> bool:
 
 def _pick(systems: dict[str, SystemResults], rows: Sequence[Row], wanted: str | None, skip: str | None) -> str | None:
     if wanted is not None:
-        key = wanted.strip("/")
-        if key not in systems:
+        key = match_system(wanted, list(systems))  # 'bm25' names 'base retriever/bm25' when only it fits
+        if key is None:
             raise UsageError(f"system '{wanted}' is not in the result directory; there: {', '.join(systems)}")
         return key
     ranked = [r.system for r in rows if not r.published and r.system in systems]
@@ -230,17 +230,51 @@ def _trajectory_view(row: dict, judged: dict[str, int], has_judgements: bool) ->
             "steps": steps, "unmatched": pending}
 
 
+def recorded_dataset(dataset: str, picks: list[tuple[str, SystemResults]]
+                     ) -> tuple[Path | None, str | None, dict[str, str]] | None:
+    """The dataset directory the manifest of the first picked system records for ``dataset`` (absolute, written by
+    ``r2med run``), why it cannot be used (or ``None``), and the sha256 of its files then; ``None`` when no manifest
+    records a directory (results of an older r2med, the official tree): then the hub cache is tried."""
+    from r2med.manifest import MANIFEST_SUFFIX
+
+    for _, s in picks:
+        for path in sorted(s.directory.glob(f"*{MANIFEST_SUFFIX}")):
+            if path.name[: -len(MANIFEST_SUFFIX)].lower() not in _names_of(dataset):
+                continue
+            try:
+                recorded = loads(path.read_text(encoding="utf-8")).get("dataset") or {}
+            except (OSError, ValueError, JSONLimitError, AttributeError):
+                continue
+            directory, sha = recorded.get("directory"), recorded.get("sha256")
+            if not isinstance(directory, str) or not isinstance(sha, dict) or not sha:
+                continue
+            folder = Path(directory)
+            if not folder.is_dir():
+                return None, (f"the directory the run read ({folder}, recorded in {path}) is gone; pass --data-dir"), {}
+            return folder, None, {str(k): str(v) for k, v in sha.items()}
+    return None
+
+
 def _drill_dataset(dataset: str, picks: list[tuple[str, SystemResults]], options: ReportOptions,
                    settings: Settings, diffs: dict[str, float]) -> dict:
     from r2med.datasets.local import load_dir
     from r2med.store.runs import read_run
 
     notes: list[str] = []
-    folder, why = dataset_dir(dataset, options.data_dir, settings)
+    recorded = None if options.data_dir is not None else recorded_dataset(dataset, picks)
+    if recorded is not None:
+        folder, why, expected = recorded
+    else:
+        (folder, why), expected = dataset_dir(dataset, options.data_dir, settings), None
+    data = load_dir(folder, dataset) if folder is not None and why is None else None
+    if data is not None and expected is not None:
+        changed = sorted(name for name, sha in expected.items() if data.sha256.get(name) != sha)
+        if changed:  # the directory no longer holds the files the run read: showing them would show wrong texts
+            data, why = None, (f"{folder} is not the data the runs read: {', '.join(changed)} differ from the sha256 "
+                               "recorded in the manifest; pass --data-dir with the dataset the runs searched")
     note = f"texts and judgements not shown: {why}" if why else None
     if note:  # the page says it too; a page with empty text columns must not come without a word
         logger.warning("%s: %s", dataset, note)
-    data = load_dir(folder, dataset) if folder is not None else None
     if note:
         notes.append(note)
     runs, values, expansions, trajectories = {}, {}, {}, {}

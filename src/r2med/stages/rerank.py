@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -50,9 +50,14 @@ class FirstStage:
     system: str
     directory: Path | None = None
     file: Path | None = None
+    #: the results directory a system name was resolved under (for the hint when its run is missing)
+    output: Path | None = field(default=None, repr=False, compare=False)
+    #: the datasets' directory of the command, for the same hint
+    data_dir: Path | None = field(default=None, repr=False, compare=False)
 
     @classmethod
-    def resolve(cls, spec: str | Path, *, output: Path, system: str | None = None) -> FirstStage:
+    def resolve(cls, spec: str | Path, *, output: Path, system: str | None = None,
+                data_dir: Path | None = None) -> FirstStage:
         """From a run file, a directory of runs, a system path (``gar/hyde/gpt4/nv``) or a system name under ``output``.
 
         >>> FirstStage.resolve("bm25", output=Path("results"))
@@ -72,7 +77,8 @@ class FirstStage:
             if "/" in text or "\\" in text:
                 raise MissingResourceError(f"--run {text}: no such file or directory") from None
             where = SystemPath.base(text)
-        return cls(system or _name_of(where), directory=where.directory(output))
+        return cls(system or _name_of(where), directory=where.directory(output), output=output,
+                   data_dir=data_dir)
 
     def path_for(self, dataset: str) -> Path:
         """The run file of ``dataset``: the file, or the first of ``<Dataset>.run|.trec|.jsonl|.txt`` (old names too),
@@ -94,9 +100,30 @@ class FirstStage:
                 raise UsageError(f"{folder} holds {len(inside)} run files ({', '.join(p.name for p in inside)}); "
                                  "pass the one to rerank as the first stage (with --tasks naming its dataset)")
         raise MissingResourceError(
-            f"no first-stage run for {dataset} in {self.directory} (looked for {', '.join(p.name for p in tried[:4])}, ...); "
-            f"make one with: r2med run --retriever {self.system} --tasks {dataset}"
+            f"no first-stage run for {dataset} in {self.directory} (looked for {', '.join(p.name for p in tried[:4])}, "
+            f"...); {self._make_hint(dataset)}"
         )
+
+    def _make_hint(self, dataset: str) -> str:
+        """What to do: the stored first stages beside the missing one (with the closest), and the ``r2med run`` that
+        makes it, with ``--data-dir`` and ``--output`` (the name only when it is a retriever r2med knows)."""
+        import difflib
+        import shlex
+
+        from r2med.retrievers.registry import FAMILIES
+
+        assert self.directory is not None
+        stored = sorted(p.name for p in self.directory.parent.glob("*") if p.is_dir()) if self.directory.parent.is_dir() else []
+        known = [name for family in FAMILIES for name in family.names]
+        name = self.directory.name
+        close = difflib.get_close_matches(name, [*stored, *known], n=1, cutoff=0.5)
+        said = f"stored first stages there: {', '.join(stored)}; " if stored else ""
+        said += f"did you mean '{close[0]}'? " if close and close[0] != name else ""
+        retriever = name if name in known else "NAME"
+        output = self.output if self.output is not None else self.directory.parent.parent
+        data = f"--data-dir {shlex.quote(str(self.data_dir))} " if self.data_dir is not None else ""
+        return (f"{said}make one with: r2med run --retriever {retriever} {data}--output {shlex.quote(str(output))} "
+                f"--tasks {dataset}")
 
     def load(self, dataset: str) -> Run:
         """The first-stage run of ``dataset`` (read with file:line validation).

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -223,3 +223,31 @@ def write_result(
     result_path = write_text_atomic(planned.result, json.dumps(record, indent=2, sort_keys=True))
     return ResultFiles(result_path, run_path, pq_path)
 
+
+
+def match_system(text: str, systems: Sequence[str]) -> str | None:
+    """The one of ``systems`` (system paths, ``base retriever/bm25``) that ``text`` names: itself, or the one whose
+    last parts are ``text``'s (``bm25`` for ``base retriever/bm25``: no quoting of ``base retriever/`` needed);
+    ``None`` when none does; UsageError listing the candidates when several do (``bm25`` with ``fusion/bm25`` too).
+
+    >>> match_system("bm25", ["base retriever/bm25", "base retriever/bm25-lucene"])
+    'base retriever/bm25'
+    >>> match_system("hyde/gpt4/nv", ["gar/hyde/gpt4/nv", "base retriever/nv"])
+    'gar/hyde/gpt4/nv'
+    >>> match_system("nv", ["x/y"]) is None
+    True
+    >>> match_system("bm25", ["base retriever/bm25", "fusion/bm25"])
+    Traceback (most recent call last):
+    ...
+    r2med.errors.UsageError: 'bm25' fits 2 systems: 'base retriever/bm25', 'fusion/bm25'; name one of them
+    """
+    wanted = [part for part in text.strip("/").split("/") if part]
+    if not wanted:
+        return None
+    key = "/".join(wanted)
+    if key in systems:
+        return key
+    fits = [s for s in systems if s.split("/")[-len(wanted):] == wanted]
+    if len(fits) > 1:
+        raise UsageError(f"{text!r} fits {len(fits)} systems: {', '.join(repr(f) for f in sorted(fits))}; name one of them")
+    return fits[0] if fits else None

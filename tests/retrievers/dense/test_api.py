@@ -314,9 +314,9 @@ def test_unreachable_server_is_a_missing_resource():
     enc = OpenAIEmbeddings("m", base_url=f"http://127.0.0.1:{port}/v1", backoff_base=0.01)
     with pytest.raises(MissingResourceError, match=f"cannot reach http://127.0.0.1:{port}/v1/embeddings") as info:
         enc.encode(["a"], kind="query")
-    # refused connections are retried (a server restarting), as chat and completions do: 1 + 6 attempts
-    assert info.value.exit_code == 4 and "connection refused on 7 attempts" in str(info.value)
-    assert enc.stats["requests"] == 7 and enc.stats["retries"] == 6
+    # nothing ever answered there: one attempt, one line, exit 4 (chat and completions do the same)
+    assert info.value.exit_code == 4 and "connection refused (is the server started?)" in str(info.value)
+    assert enc.stats["requests"] == 1 and enc.stats["retries"] == 0
 
 
 # -- keys and configuration -----------------------------------------------------------------------

