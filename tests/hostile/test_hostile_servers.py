@@ -162,3 +162,30 @@ def test_a_download_from_a_hostile_server(server, behaviour):
     else:
         assert sent == 1
         assert outcome[0] == expected
+
+
+@pytest.mark.parametrize("behaviour", ["echo-200", "echo-401", "500"])
+@pytest.mark.parametrize("command", [*COMMANDS, "embeddings"])
+def test_a_key_in_the_url_is_in_no_file_and_no_output(cli, server, isolated_home, tmp_path, monkeypatch, command,
+                                                      behaviour):
+    """``--base-url http://user:KEY@host/v1``: the key as written, and the ``Basic`` token the client sends for it
+    (which an echoing proxy quotes back), are cut out of every error, log line (-v) and written file."""
+    import base64
+
+    url = server.url(behaviour).replace("http://", f"http://user:{KEY}@")
+    data = tmp_path / "data"
+    shutil.copytree(DATA / "tiny", data / "Biology")
+    if command == "embeddings":
+        monkeypatch.setenv("OPENAI_BASE_URL", url)
+        argv = ["run", "--retriever", "openai:m", "--data-dir", str(data), "--output", str(tmp_path / "out"),
+                "--timeout", "1", "--max-retries", "0"]
+    else:
+        argv = [*COMMANDS[command](url, str(data), str(tmp_path / "out")), "--timeout", "1", "--max-retries", "0",
+                "--llm-model", "m"]
+    server.recovered = False
+    result = cli("-v", *argv)
+    assert "Traceback" not in result.err, result.err
+    assert result.code == 6, (result.code, result.err)
+    shown = result.out + result.err + _written(tmp_path, isolated_home)
+    token = base64.b64encode(f"user:{KEY}".encode()).decode()
+    assert KEY not in shown and token not in shown, [line for line in shown.splitlines() if KEY in line or token in line]
