@@ -206,6 +206,8 @@ class ListwiseReranker:
         """Rerank each query's first ``top_k`` documents window by window (see the module docstring)."""
         check_top_k(top_k)
         check_texts(queries, corpus, run, top_k)
+        if self.cache is not None:  # before the first request: a cache another run is writing refuses this one now
+            self.cache.open_for_append()
         self._windows = []
         self._tokens = [0, 0]
         before = (self.client.usage.requests, self.client.usage.prompt_tokens, self.client.usage.completion_tokens)
@@ -249,6 +251,8 @@ class ListwiseReranker:
                     raise BudgetExceeded(f"{self.name}: {exc}{where}", pending=exc.pending) from exc
         finally:
             bar.close()
+            if self.cache is not None:  # its lock given back: the next run with this LLM may write it
+                self.cache.close()
         # windows finish in whatever order the server answers: log them by query (run order), each query's in turn
         rank = {qid: i for i, qid in enumerate(states)}
         self._windows.sort(key=lambda entry: rank[entry["qid"]])
