@@ -74,3 +74,33 @@ def test_a_cache_writer_killed_with_sigkill_blocks_no_later_run(cli, server, iso
     result = _listwise(cli, server.url("ok"), data, tmp_path / "out")
     assert result.code == 0, result.err
     assert '"key": "paid-1"' in cache_file.read_text()  # the killed writer's answer is still there
+
+
+@pytest.mark.parametrize(("edit", "said"), [
+    (lambda record: record.pop("text"), "no 'text' string"),
+    (lambda record: record.update(text=5), "no 'text' string"),
+    (lambda record: record.update(reasoning_content=["x"]), "'reasoning_content' that is neither text nor null"),
+])
+def test_an_edited_answer_in_the_expansion_cache_is_refused_not_a_traceback(cli, server, isolated_home, tmp_path,
+                                                                            edit, said):
+    """``generations.jsonl`` is edited by hand (its docs say: delete a line to regenerate it): a line that is JSON
+    with its key but not the shape r2med wrote is exit 5 naming the file, the query and the fix."""
+    import json
+
+    data = tmp_path / "data"
+    shutil.copytree(DATA / "tiny", data / "Biology")
+    argv = ["expand", "--method", "hyde", "--max-tokens", "16", "--data-dir", data, "--out", tmp_path / "out",
+            "--llm-model", "m", "--base-url", server.url("ok"), "--timeout", "5"]
+    assert cli(*argv).code == 0
+    generations = tmp_path / "out" / "generations.jsonl"
+    lines = generations.read_text().splitlines()
+    record = json.loads(lines[0])
+    edit(record)
+    generations.write_text("\n".join([json.dumps(record), *lines[1:]]) + "\n")
+    for made in (tmp_path / "out").iterdir():  # the expansion made from it: made again from the cache
+        if made != generations:
+            shutil.rmtree(made) if made.is_dir() else made.unlink()
+    result = cli(*argv)
+    assert "Traceback" not in result.err, result.err
+    assert result.code == 5, (result.code, result.err)
+    assert str(generations) in result.err and f"query {record['qid']!r}" in result.err and said in result.err
