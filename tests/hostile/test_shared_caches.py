@@ -104,3 +104,31 @@ def test_an_edited_answer_in_the_expansion_cache_is_refused_not_a_traceback(cli,
     assert "Traceback" not in result.err, result.err
     assert result.code == 5, (result.code, result.err)
     assert str(generations) in result.err and f"query {record['qid']!r}" in result.err and said in result.err
+
+
+@pytest.mark.parametrize(("edit", "said"), [
+    (lambda record: record.pop("text"), "no 'text' string"),
+    (lambda record: record.update(text=5), "no 'text' string"),
+    (lambda record: record.update(text=["[1] > [2]"]), "no 'text' string"),
+    (lambda record: record.update(prompt_tokens="many"), "'prompt_tokens' that is not a whole number"),
+])
+def test_an_edited_answer_in_the_listwise_cache_is_refused(cli, isolated_home, tmp_path, edit, said):
+    """A line of the listwise cache edited out of the shape r2med wrote: exit 5 naming the file, the query and the
+    fix, not a traceback (a non-text 'text') nor a window silently kept in its order (no 'text' at all)."""
+    import json
+
+    data = tmp_path / "data"
+    shutil.copytree(DATA / "tiny", data / "Biology")
+    with HostileServer(content="[2] > [1] > [3]") as ranking:
+        argv = ["run", "--retriever", "bm25", "--reranker", "listwise", "--rerank-top-k", "3", "--llm-model", "m",
+                "--base-url", ranking.url("ok"), "--data-dir", data, "--output", tmp_path / "out", "--timeout", "5"]
+        assert cli(*argv).code == 0
+        cache_file = isolated_home / "rerank" / "listwise" / "m.jsonl"
+        lines = cache_file.read_text().splitlines()
+        record = json.loads(lines[0])
+        edit(record)
+        cache_file.write_text("\n".join([json.dumps(record), *lines[1:]]) + "\n")
+        result = cli(*argv, "--force")
+    assert "Traceback" not in result.err, result.err
+    assert result.code == 5, (result.code, result.err)
+    assert str(cache_file) in result.err and f"query {record['qid']!r}" in result.err and said in result.err
