@@ -132,3 +132,28 @@ def test_an_edited_answer_in_the_listwise_cache_is_refused(cli, isolated_home, t
     assert "Traceback" not in result.err, result.err
     assert result.code == 5, (result.code, result.err)
     assert str(cache_file) in result.err and f"query {record['qid']!r}" in result.err and said in result.err
+
+
+@pytest.mark.parametrize(("edit", "said"), [
+    (lambda record: record.pop("text"), "no 'text' string"),
+    (lambda record: record.update(text=5), "no 'text' string"),
+])
+def test_an_edited_answer_in_the_agent_cache_is_refused(cli, server, isolated_home, tmp_path, edit, said):
+    """A line of agent-cache.jsonl edited out of the shape r2med wrote: exit 5 naming the file and the fix (it was a
+    query failed with 'KeyError: text', exit 6, and the same on every rerun)."""
+    import json
+
+    data = tmp_path / "data"
+    shutil.copytree(DATA / "tiny", data / "Biology")
+    argv = ["agent", "--style", "search-r1", "--chat-template", "chatml", "--max-turns", "2", "--llm-model", "m",
+            "--base-url", server.url("ok"), "--data-dir", data, "--output", tmp_path / "out", "--timeout", "5"]
+    assert cli(*argv).code == 0
+    cache_file = next(isolated_home.rglob("agent-cache.jsonl"))
+    lines = cache_file.read_text().splitlines()
+    record = json.loads(lines[0])
+    edit(record)
+    cache_file.write_text("\n".join([json.dumps(record), *lines[1:]]) + "\n")
+    result = cli(*argv, "--force")
+    assert "Traceback" not in result.err, result.err
+    assert result.code == 5, (result.code, result.err)
+    assert str(cache_file) in result.err and said in result.err and "delete that line" in result.err
