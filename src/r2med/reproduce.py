@@ -150,7 +150,8 @@ class Plan:
 
     def spec(self, *, datasets: list[str] | None = None, data_dir: Path | None = None, output: Path = Path("results"),
              device: str | None = None, batch_size: int | None = None,
-             first_stage: str | Path | None = None) -> PipelineSpec:
+             first_stage: str | Path | None = None, timeout: float | None = None,
+             max_retries: int | None = None) -> PipelineSpec:
         """The ``PipelineSpec`` that runs this configuration: the retriever (with the published expansions and the
         authors' answer policy for GAR rows), then for reranker rows the reranker over its top k, truncated; with
         ``first_stage`` (a local file or directory of stored runs) the reranker over those instead, its results
@@ -158,7 +159,10 @@ class Plan:
         from r2med.config import PipelineSpec, RerankSpec
         from r2med.retrievers.registry import RetrieverSpec
 
-        given = {key: value for key, value in (("device", device), ("batch_size", batch_size)) if value is not None}
+        # each component takes the values its options declare (a server's deadline and retries: the LLM's, the
+        # embeddings API's), and leaves out the others
+        given = {key: value for key, value in (("device", device), ("batch_size", batch_size), ("timeout", timeout),
+                                               ("max_retries", max_retries)) if value is not None}
         rerank = None
         if self.reranker is not None:
             rerank = RerankSpec(self.reranker, top_k=int(self.rerank_top_k or 100), truncate=True, options=given)

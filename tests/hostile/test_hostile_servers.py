@@ -166,3 +166,58 @@ def test_a_download_from_a_hostile_server(server, behaviour):
     else:
         assert sent == 1
         assert outcome[0] == expected
+
+
+@pytest.mark.parametrize("behaviour", ["echo-200", "echo-401", "500"])
+@pytest.mark.parametrize("command", [*COMMANDS, "embeddings"])
+def test_a_key_in_the_url_is_in_no_file_and_no_output(cli, server, isolated_home, tmp_path, monkeypatch, command,
+                                                      behaviour):
+    """``--base-url http://user:KEY@host/v1``: the key as written, and the ``Basic`` token the client sends for it
+    (which an echoing proxy quotes back), are cut out of every error, log line (-v) and written file."""
+    import base64
+
+    url = server.url(behaviour).replace("http://", f"http://user:{KEY}@")
+    data = tmp_path / "data"
+    shutil.copytree(DATA / "tiny", data / "Biology")
+    if command == "embeddings":
+        monkeypatch.setenv("OPENAI_BASE_URL", url)
+        argv = ["run", "--retriever", "openai:m", "--data-dir", str(data), "--output", str(tmp_path / "out"),
+                "--timeout", "1", "--max-retries", "0"]
+    else:
+        argv = [*COMMANDS[command](url, str(data), str(tmp_path / "out")), "--timeout", "1", "--max-retries", "0",
+                "--llm-model", "m"]
+    server.recovered = False
+    result = cli("-v", *argv)
+    assert "Traceback" not in result.err, result.err
+    assert result.code == 6, (result.code, result.err)
+    shown = result.out + result.err + _written(tmp_path, isolated_home)
+    token = base64.b64encode(f"user:{KEY}".encode()).decode()
+    assert KEY not in shown and token not in shown, [line for line in shown.splitlines() if KEY in line or token in line]
+
+
+def test_reproduce_has_a_deadline_for_its_first_stage_download(cli, server, isolated_home, tmp_path):
+    """``r2med reproduce ROW --first-stage URL`` calls a server too: its --timeout bounds each attempt of the download
+    and --max-retries the attempts (without them a trickling server held it 7 attempts of 60 s)."""
+    data = tmp_path / "data"
+    shutil.copytree(DATA / "tiny", data / "Biology")
+    server.recovered = False
+    before = sum(1 for seen, _ in server.log if seen == "trickle")
+    started = time.monotonic()
+    result = cli("reproduce", "reranker/reasonrank-32b/e5/top_100", "--first-stage",
+                 server.url("trickle") + "/{dataset}.txt", "--tasks", "Biology", "--data-dir", data, "--output",
+                 tmp_path / "out", "--timeout", "1", "--max-retries", "1")
+    seconds = time.monotonic() - started
+    assert "Traceback" not in result.err, result.err
+    assert result.code == 6, (result.code, result.err)
+    assert seconds < 30, f"reproduce's download ran {seconds:.0f} s"  # two attempts of 1 s
+    assert sum(1 for seen, _ in server.log if seen == "trickle") - before == 2
+    assert "timed out after 1 s" in result.err, result.err
+
+
+def test_reproduce_hands_its_deadline_to_the_servers_of_the_row():
+    from r2med.reproduce import plan_for
+    from r2med.rerankers.registry import options_for
+
+    spec = plan_for("reranker/reasonrank-32b/e5/top_100").spec(datasets=["Biology"], timeout=2.5, max_retries=0)
+    options = options_for(spec.reranker.name, spec.reranker.options)
+    assert (options.timeout, options.max_retries) == (2.5, 0)

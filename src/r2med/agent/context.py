@@ -89,9 +89,9 @@ def context_window(base_url: str, model: str, *, given: int | None = None, api_k
         return ContextWindow(given, "--context-length")
     from r2med.agent.tokens import server_root
     from r2med.http import JsonClient, RetryPolicy, Secret
+    from r2med.http.rules import safe_url
 
-    root = server_root(base_url)
-    http = JsonClient(root, label=f"{model} (context length)", secret=Secret(api_key), timeout=timeout,
+    http = JsonClient(server_root(base_url), label=f"{model} (context length)", secret=Secret(api_key), timeout=timeout,
                       policy=RetryPolicy(max_retries=0))
 
     def ask(path: str) -> dict[str, Any] | None:
@@ -105,6 +105,7 @@ def context_window(base_url: str, model: str, *, given: int | None = None, api_k
                 "--context-length)", root, path, exc)
             return None
 
+    root = safe_url(http.base_url)  # what messages and the summary show: no user:password@
     try:
         models = ask("/v1/models")
         length = from_models(models, model) if models else None

@@ -50,7 +50,7 @@ from r2med.agent.outputs import (
 from r2med.agent.search import CorpusSearcher, search_r1_contents
 from r2med.agent.templates import resolve_template
 from r2med.datasets.model import Dataset
-from r2med.errors import MissingResourceError, ProviderError
+from r2med.errors import InvalidInputError, MissingResourceError, ProviderError
 from r2med.http import safe_url
 from r2med.io.aio import run_sync
 from r2med.io.atomic import remove_file, write_jsonl_atomic, write_text_atomic
@@ -61,6 +61,19 @@ __all__ = ["CACHE_FILE", "EXPANSION_FILE", "RRF_K", "STOP_REASONS", "SUMMARY_FIL
            "AgentReport", "agent_ranking", "answer_of", "run_agent"]
 
 logger = logging.getLogger(__name__)
+
+
+def _check_stored(record: dict[str, Any], path: Any, key: str) -> None:
+    """``InvalidInputError`` (exit 5) naming the cache file, the key and the fix for a stored answer that is not one
+    r2med wrote (an edited line): a ``text`` that is not a string, a ``stop`` neither text nor null."""
+    problems = []
+    if not isinstance(record.get("text"), str):
+        problems.append("no 'text' string")
+    if not (record.get("stop") is None or isinstance(record.get("stop"), str)):
+        problems.append("a 'stop' that is neither text nor null")
+    if problems:
+        raise InvalidInputError(f"{path}: the stored answer with key {key} has {' and '.join(problems)}; delete that "
+                                "line to request it again")
 
 
 class _Stop(Exception):
@@ -149,6 +162,7 @@ class _Engine:
         clamp = {} if clamped is None else {"max_tokens": clamped}  # shown in the turn, not stored in the cache
         record = self.cache.get(key)
         if record is not None:
+            _check_stored(record, self.cache.path, key)
             self.report.cached_calls += 1
             return {**record, **clamp}
         pending = self.in_flight.get(key)
@@ -294,8 +308,8 @@ class _Engine:
                 row["stop_reason"], row["error"] = "error", str(exc)
                 if getattr(exc, "fatal", False):  # bad key, unknown model: no other query can do better
                     self.halt = self.halt or exc
-        except MissingResourceError as exc:  # the server refuses connections: no other query can do better
-            row["stop_reason"], row["error"] = "error", str(exc)
+        except (MissingResourceError, InvalidInputError) as exc:  # the server refuses connections, or an edited
+            row["stop_reason"], row["error"] = "error", str(exc)  # cache line: no other query can do better
             self.halt = self.halt or exc
         except Exception as exc:
             logger.warning("query %r failed: %s: %s", qid, type(exc).__name__, exc, exc_info=logger.isEnabledFor(10))

@@ -101,16 +101,18 @@ class ServerTokenizer:
     def __init__(self, base_url: str, model: str, *, timeout: float = 60.0, max_retries: int = 2,
                  api_key: str | None = None) -> None:
         from r2med.http import JsonClient, RetryPolicy, Secret
+        from r2med.http.rules import safe_url
 
         self.root = server_root(base_url)
         self.model = model
-        self.source = f"the server's /tokenize ({self.root})"
+        self.source = f"the server's /tokenize ({safe_url(self.root)})"
         # r2med's one HTTP stack: its deadline per attempt, retries and redaction
         self._http = JsonClient(self.root, label="tokenize", secret=Secret(api_key), timeout=timeout,
                                 policy=RetryPolicy(max_retries=max_retries))
 
     def _post(self, path: str, body: dict[str, Any], parse: Any) -> Any:
         from r2med.http import FatalProviderError
+        from r2med.http.rules import safe_url
 
         try:
             return self._http.post(path, body, parse=parse)
@@ -118,7 +120,7 @@ class ServerTokenizer:
             if "404" not in str(exc):
                 raise
             raise NoTokenizeEndpoint(
-                f"{self.root}{path}: 404; the protocol cuts in the model's tokens and this server has no {path} (vLLM "
+                f"{safe_url(self.root)}{path}: 404; the protocol cuts in the model's tokens and this server has no {path} (vLLM "
                 "and llama.cpp have one): pass a local model directory (or a model in the Hugging Face cache) as "
                 "--llm-model, or use --protocol search-r1-infer") from None
 

@@ -107,14 +107,25 @@ def _reproduce(plan, args: argparse.Namespace) -> int:
         from r2med.reproduce import resolve_first_stage
 
         names = [name for name, _ in locate(args.tasks, data_dir=args.data_dir, settings=settings)]
-        first = resolve_first_stage(args.first_stage, names, home=settings.home, force=args.force)
+        get = None
+        if args.timeout is not None or args.max_retries is not None:  # the download under the command's deadline
+            from functools import partial
+
+            from r2med.http.download import download
+            from r2med.http.retry import RetryPolicy
+
+            get = partial(download, **({"timeout": args.timeout} if args.timeout is not None else {}),
+                          **({"policy": RetryPolicy(max_retries=args.max_retries)}
+                             if args.max_retries is not None else {}))
+        first = resolve_first_stage(args.first_stage, names, home=settings.home, force=args.force, get=get)
     if args.reference:
         paper = load_reference(args.reference, system, args.metric)
     else:
         paper = published_reference(system, args.metric) if plan.published else {}
     first_table = _first_stage_table(plan, first, args, settings) if first is not None else None
     spec = plan.spec(datasets=args.tasks, data_dir=args.data_dir, output=args.output, device=args.device,
-                     batch_size=args.batch_size, first_stage=None if first is None else first.path)
+                     batch_size=args.batch_size, first_stage=None if first is None else first.path,
+                     timeout=args.timeout, max_retries=args.max_retries)
     stages = run_pipeline(spec, settings=settings, progress=not (args.quiet or args.json), resume=not args.force,
                           on_result=progress_printer(args, policy=spec.answer_policy))
     retriever = SystemPath.parse(next(iter(stages))).system
@@ -270,6 +281,32 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                     help='JSON of reference values {"<Dataset>": {"ndcg_at_10": ...}} instead of the paper\'s')
     rp.add_argument("--device", default=None, help="dense: cpu, cuda, cuda:N or mps")
     rp.add_argument("--batch-size", type=int, default=None, help="dense: encoding batch size")
+    rp.add_argument("--timeout", type=_positive, default=None, metavar="X",
+                    help="deadline of each request attempt in seconds, for every server the row calls (an LLM, an "
+                         "embeddings API, the --first-stage download): connecting, sending and the whole answer "
+                         "(default: each component's, 300; the download's 60)")
+    rp.add_argument("--max-retries", type=_at_least_zero, default=None, metavar="N",
+                    help="retries per request (default: each component's, 5; the download's 6)")
     add_recompute_options(rp)
     rp.add_argument("--json", action="store_true")
     rp.set_defaults(func=cmd_reproduce)
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds, e.g. 60")
+    return value
+
+
+def _at_least_zero(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number 0 or more, e.g. 3")
+    return value

@@ -164,6 +164,19 @@ def _parse_style(config: ExpansionConfig) -> str:
     return named if named != "plain" else "auto"  # unknown names: recognise tags if the output has them
 
 
+def _check_stored(cache: ResponseCache, qid: str, key: str) -> None:
+    """``InvalidInputError`` (exit 5) naming the file, the query and the fix when the answer stored for ``key`` is
+    not one r2med wrote (an edited line: no ``text`` string, a ``reasoning_content`` neither text nor null)."""
+    record = cache.get(key)
+    if record is None:
+        return
+    text, trace = record.get("text"), record.get("reasoning_content")
+    if not isinstance(text, str) or not (trace is None or isinstance(trace, str)):
+        what = "no 'text' string" if not isinstance(text, str) else "a 'reasoning_content' that is neither text nor null"
+        raise InvalidInputError(f"{cache.path}: the stored answer of query {qid!r} (key {key}) has {what}; delete "
+                                "that line to generate it again")
+
+
 def _parse(record: dict[str, Any], style: str) -> reasoning.ParsedOutput:
     parsed = reasoning.split_reasoning(record["text"], style=style, reasoning_content=record.get("reasoning_content"))
     # a separate trace (vLLM's reasoning parser) that hit max_tokens before any answer
@@ -281,6 +294,8 @@ def generate_expansions(
                              paths=expansion_paths(out_dir))
     cache = ResponseCache(report.paths["generations"])
     try:
+        for qid, key in plan.keys.items():  # a stored answer is used only in the shape r2med wrote it
+            _check_stored(cache, qid, key)
         jobs = {key: job for key, job in plan.jobs.items() if key not in cache}
         report.cached = sum(key in cache for key in plan.keys.values())
         report.requested = len(jobs)

@@ -126,7 +126,7 @@ class JsonClient:
         self.policy = policy
         self.stats = stats or Counters("requests", "retries", "waited_s")
         self.key_hint = key_hint
-        self._secret = secret
+        self._secret = secret.covering(self.base_url)  # a key given in the URL is cut out as the API key is
         self._rng = rng or random.Random()
         self._lock = threading.Lock()
         #: whether the server has answered once: a refused connection before that fails at once (nothing listens),
@@ -326,7 +326,8 @@ class JsonClient:
                     raise AnswerTooLarge(f"an answer longer than {MAX_ANSWER_BYTES // 2**20} MiB")
         if raw and 200 <= response.status_code < 300:
             return response.status_code, response.headers, bytes(body)
-        return response.status_code, response.headers, self._shown(bytes(body).decode("utf-8", "replace"))
+        text = self._shown(bytes(body).decode("utf-8", "replace"))
+        return response.status_code, response.headers, self._secret.covering(url).redact(text)
 
 
 def _transport_errors() -> tuple[type[BaseException], ...]:

@@ -8,10 +8,11 @@ private network may run without one (``resolve_key``). The key lives in a ``Secr
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 import re
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from r2med.errors import MissingResourceError, UsageError
 from r2med.settings import ENV_OPENAI_API_KEY, get_secret
@@ -32,18 +33,38 @@ class Secret:
     (Secret('***'), "Secret('***')", False)
     >>> key.redact("bad key sk-abc123 given"), Secret("EMPTY").redact("EMPTY content")
     ('bad key *** given', 'EMPTY content')
+
+    ``covering(url)`` also cuts out the credentials of a ``user:password@`` URL: the password as written and
+    decoded, and the ``Basic`` token the HTTP client sends for them (a proxy that echoes headers quotes that).
+
+    >>> key.covering("http://me:pa%24s-word9@localhost/v1").redact("Basic bWU6cGEkcy13b3JkOQ== pa$s-word9")
+    'Basic *** ***'
     """
 
-    __slots__ = ("_value",)
+    __slots__ = ("_others", "_value")
 
     def __init__(self, value: str | None) -> None:
         self._value = value or ""
+        self._others: tuple[str, ...] = ()
 
     def reveal(self) -> str:
         return self._value
 
+    def covering(self, url: str) -> Secret:
+        """This key, and the credentials written into ``url`` (none: ``self``)."""
+        others = url_credentials(url)
+        if not others:
+            return self
+        covered = Secret(self._value)
+        covered._others = tuple(dict.fromkeys((*self._others, *others)))
+        return covered
+
     def redact(self, text: str) -> str:
-        return text.replace(self._value, "***") if len(self._value) >= MIN_SECRET_LENGTH else text
+        # the longest first: a password inside its own Basic token must not break the token's replacement
+        for value in sorted((self._value, *self._others), key=len, reverse=True):
+            if len(value) >= MIN_SECRET_LENGTH:
+                text = text.replace(value, "***")
+        return text
 
     def __bool__(self) -> bool:
         return bool(self._value)
@@ -55,6 +76,25 @@ class Secret:
 
     def __reduce__(self) -> Any:  # never pickle a key into a file or another process
         raise TypeError("a Secret cannot be pickled")
+
+
+def url_credentials(url: str) -> tuple[str, ...]:
+    """What of ``url`` is a secret: the password of a ``user:password@`` part, as written and decoded, and the
+    ``Basic`` authorization token an HTTP client makes of it; empty when the URL holds no password.
+
+    >>> url_credentials("http://u:p%40ss@host/v1")
+    ('p%40ss', 'p@ss', 'dTpwQHNz', 'dTpwJTQwc3M=')
+    """
+    try:
+        parts = urlsplit(url)
+        written_user, written = parts.username, parts.password
+    except ValueError:
+        return ()
+    if not written:
+        return ()
+    user, password = unquote(written_user or ""), unquote(written)
+    tokens = [base64.b64encode(f"{u}:{p}".encode()).decode() for u, p in ((user, password), (written_user, written))]
+    return tuple(dict.fromkeys((written, password, *tokens)))
 
 
 def url_host(url: str) -> str:

@@ -6,6 +6,10 @@ per line. A bad line anywhere else is not a kill but damage, and is reported wit
 (``InvalidInputError``, exit 5): the responses around it were paid for, so they are neither used past
 the damage nor thrown away; the user deletes the line (or the file) to regenerate it.
 
+One writer at a time: the file is locked (``flock``, exclusive) from its opening for append until ``close``, and a
+second writer (another run sharing a reranker cache under R2MED_HOME) is refused (``ResultsBusyError``, exit 6)
+before it writes; the lock dies with its process, so a writer killed with SIGKILL blocks no later run.
+
 The file is read through ``r2med.io.verified.read_log`` like every append-only cache, but without a
 checksum over its content: users are told to edit it by hand (delete a line to regenerate it), and a
 checksum mismatch would have to throw away every paid response. Its structure is checked line by line.
@@ -19,7 +23,7 @@ import os
 from pathlib import Path
 from typing import IO, Any
 
-from r2med.errors import InvalidInputError
+from r2med.errors import InvalidInputError, ResultsBusyError
 from r2med.io.atomic import naming
 from r2med.io.jsonsafe import loads
 from r2med.io.verified import read_log
@@ -36,6 +40,7 @@ class ResponseCache:
     >>> cache.append("k1", {"text": "a"})
     >>> "k1" in cache, cache.get("k1"), cache.get("k2"), len(cache)
     (True, {'text': 'a'}, None, 1)
+    >>> cache.close()  # one writer at a time: a second one is refused while the first holds the file
     >>> _ = path.open("a").write('{"key": "k2", "te')  # a run killed in mid-line
     >>> reopened = ResponseCache(path)
     >>> len(reopened), "k2" in reopened
@@ -111,6 +116,7 @@ class ResponseCache:
         if self._handle is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             handle = self.path.open("r+b" if self.path.exists() else "w+b")
+            _lock_or_refuse(handle, self.path)
             size = handle.seek(0, os.SEEK_END)
             if size > self._good_end:  # a torn line, or lines another writer added since we read
                 handle.seek(self._good_end)
@@ -166,3 +172,19 @@ class ResponseCache:
         if self._handle is not None:
             self._handle.close()
             self._handle = None
+
+
+def _lock_or_refuse(handle: IO[bytes], path: Path) -> None:
+    """One writer per cache file: an exclusive ``flock`` on the open file, held until it is closed (the kernel's: a
+    killed writer leaves none). A second writer (another run with the same LLM and R2MED_HOME: a shared reranker
+    cache) is refused before it writes, instead of overwriting the first one's lines at the same offsets."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - no flock on this platform: one writer is the user's to ensure
+        return
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise ResultsBusyError(f"{path}: another r2med process is writing this response cache; wait for it to "
+                               "finish (its answers are kept there), then rerun") from None

@@ -115,8 +115,14 @@ class CompletionRequests:
                 self.cached += 1
             else:
                 todo.setdefault(key, request)
+        if todo and self.cache is not None:  # before the first request: a cache another run is writing refuses it
+            self.cache.open_for_append()
         if todo:
-            run_sync(lambda send: self._send_all(todo, send), lambda key, record: self._store(key, record, out))
+            try:
+                run_sync(lambda send: self._send_all(todo, send), lambda key, record: self._store(key, record, out))
+            finally:
+                if self.cache is not None:  # its lock given back: the next run with this LLM may write it
+                    self.cache.close()
         return [out[key] for key in keys]
 
     def _store(self, key: str, record: dict[str, Any], out: dict[str, dict[str, Any]]) -> None:

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from r2med.errors import ProviderError, UsageError
+from r2med.errors import InvalidInputError, ProviderError, UsageError
 from r2med.io.progress import progress_bar
 from r2med.llm.cache import ResponseCache
 from r2med.llm.client import BudgetExceeded, ChatClient, ChatJob, ChatResult, SamplingParams, request_key
@@ -206,6 +206,8 @@ class ListwiseReranker:
         """Rerank each query's first ``top_k`` documents window by window (see the module docstring)."""
         check_top_k(top_k)
         check_texts(queries, corpus, run, top_k)
+        if self.cache is not None:  # before the first request: a cache another run is writing refuses this one now
+            self.cache.open_for_append()
         self._windows = []
         self._tokens = [0, 0]
         before = (self.client.usage.requests, self.client.usage.prompt_tokens, self.client.usage.completion_tokens)
@@ -249,6 +251,8 @@ class ListwiseReranker:
                     raise BudgetExceeded(f"{self.name}: {exc}{where}", pending=exc.pending) from exc
         finally:
             bar.close()
+            if self.cache is not None:  # its lock given back: the next run with this LLM may write it
+                self.cache.close()
         # windows finish in whatever order the server answers: log them by query (run order), each query's in turn
         rank = {qid: i for i, qid in enumerate(states)}
         self._windows.sort(key=lambda entry: rank[entry["qid"]])
@@ -270,7 +274,11 @@ class ListwiseReranker:
             docs = state.order[start:end]
             job = self.job(queries[state.qid], docs, corpus, run[state.qid])
             key = job.key
-            record = memo.get(key) or (self.cache.get(key) if self.cache is not None else None)
+            record = memo.get(key)
+            if record is None and self.cache is not None:
+                record = self.cache.get(key)
+                if record is not None:  # used only in the shape r2med wrote it
+                    self._check_stored(record, state.qid, start, end, key)
             item = _Waiting(state, start, end, docs)
             if record is None:
                 jobs.setdefault(key, job)
@@ -278,6 +286,24 @@ class ListwiseReranker:
                 return
             self._apply(item, record, cached=True)
             bar.update(1)
+
+    def _check_stored(self, record: Mapping[str, Any], qid: str, start: int, end: int, key: str) -> None:
+        """``InvalidInputError`` (exit 5) naming the cache file, the window and the fix for a stored answer that is
+        not one r2med wrote (an edited line): a ``text`` that is not a string, a ``reasoning`` neither text nor null,
+        token counts that are not whole numbers."""
+        problems = []
+        if not isinstance(record.get("text"), str):
+            problems.append("no 'text' string")
+        if not (record.get("reasoning") is None or isinstance(record.get("reasoning"), str)):
+            problems.append("a 'reasoning' that is neither text nor null")
+        for name in ("prompt_tokens", "completion_tokens"):
+            value = record.get(name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                problems.append(f"a {name!r} that is not a whole number")
+        if problems:
+            where = self.cache.path if self.cache is not None else "the cache"
+            raise InvalidInputError(f"{where}: the stored answer for query {qid!r}, window {start + 1}-{end} (key "
+                                    f"{key}) has {' and '.join(problems)}; delete that line to request it again")
 
     def _store(self, key: str, result: ChatResult, items: list[_Waiting], memo: dict) -> dict[str, Any]:
         first = items[0]
