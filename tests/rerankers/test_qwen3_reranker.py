@@ -143,7 +143,7 @@ def bytes_to_unicode() -> dict[int, str]:
 
 
 def test_with_the_models_tokenizer_the_server_gets_the_cards_input_as_token_ids(tmp_path):
-    """The card's process_inputs (README.md:223-231): the pair cut to max_length minus the prefix and suffix tokens,
+    """The card's process_inputs (README.md:224-231): the pair cut to max_length minus the prefix and suffix tokens,
     between them; worked out here in bytes (a byte-level tokenizer: one token per byte)."""
     from test_reasonrank import byte_tokenizer
 

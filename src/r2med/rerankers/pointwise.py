@@ -144,8 +144,12 @@ class PointwiseReranker:
                            result_completion_tokens=completion, unknown=unknown)
 
     def _score(self, todo: dict[str, tuple[str, str]], cache: ScoreCache | None) -> dict[str, float]:
-        # longest first: batches of similar length carry little padding, and an out-of-memory error comes early
-        items = sorted(todo.items(), key=lambda item: -(len(item[1][0]) + len(item[1][1])))
+        # longest first: batches of similar length carry little padding, and an out-of-memory error comes early; a
+        # server's pairs go query by query instead (the first-stage order), so that consecutive requests share the
+        # query's part of the prompt and a server's prefix cache (vLLM, llama.cpp) reuses it
+        items = list(todo.items())
+        if not isinstance(self.scorer, ServedScorer):
+            items.sort(key=lambda item: -(len(item[1][0]) + len(item[1][1])))
         out: dict[str, float] = {}
         pending: dict[str, float] = {}
         bar = progress_bar(len(items), desc=f"reranking ({self.name})", unit="pair", enabled=self.progress)

@@ -62,7 +62,7 @@ def qwen3_prompt(query: str, document: str, instruction: str | None = None) -> s
 
 def card_input_ids(tokenizer: Any, pairs: Sequence[str], max_length: int) -> list[list[int]]:
     """The card's ``process_inputs`` before padding: each pair tokenized and cut (``longest_first``) to ``max_length``
-    minus the prefix and suffix tokens, between them (README.md:223-231, 256-259)."""
+    minus the prefix and suffix tokens, between them (README.md:224-231, 254-259)."""
     prefix = tokenizer.encode(fact(NAME, "prefix"), add_special_tokens=False)
     suffix = tokenizer.encode(fact(NAME, "suffix"), add_special_tokens=False)
     if max_length <= len(prefix) + len(suffix):
