@@ -1,6 +1,8 @@
 """ReasonRank, Rank1 and Qwen3-Reranker end to end on the bundled 50-query sample (``r2med datasets sample``): BM25's
-top 20 of every query reranked through llama.cpp (``xllamacpp``) serving Gemma-3 270M (one server for the module,
-two slots; ``tests/llm_helpers.py``), with small budgets so that the three fit in minutes on two cores.
+top k of every query reranked through llama.cpp (``xllamacpp``) serving Gemma-3 270M (one server for the module,
+two slots; ``tests/llm_helpers.py``), with small budgets so that the three fit in minutes on two cores. ReasonRank
+reranks the top 20 (one window per query); the pointwise two a shorter head (RANK1_TOP_K, QWEN3_TOP_K: 1,000 pairs
+would take 7 to 14 minutes here, see below).
 
 Each run is killed with SIGKILL midway and run again to the end; what went over the wire is counted through a proxy.
 Checked: the rerun sends no request the first run finished (by the response cache's keys, or for ReasonRank by the
@@ -36,9 +38,13 @@ from llm_helpers import gemma_server
 pytestmark = pytest.mark.slow
 
 TOP_K, N_QUERIES, CONCURRENCY = 20, 50, 2
+# the pointwise rerankers rerank a shorter head: at ~0.43 s a request on this 2-core machine (two llama.cpp slots,
+# measured), 50 x 20 pairs are 1,000 requests for Qwen3-Reranker (~7 min) and 2,000 for Rank1 (a trace and a forced
+# answer each, ~14 min), past the suite's budget; every query is still reranked
+RANK1_TOP_K, QWEN3_TOP_K = 3, 5
 DOC_MAXLEN, MAX_TOKENS = 24, 8  # ReasonRank: bytes per passage, tokens per answer
 RANK1_DOC_CHARS, RANK1_TRACE = 60, 1  # Rank1: characters per passage, tokens per trace
-QWEN3_MAX_LENGTH = 330  # Qwen3-Reranker: byte tokens per request (prefix + pair + suffix); ~60 bytes of passage
+QWEN3_MAX_LENGTH = 512  # Qwen3-Reranker: byte tokens per request: prefix and suffix 242, the pair 270 (its header 96, then the query, then the passage)
 GEMMA_BYTE_OFFSET = 238  # Gemma-3's byte-fallback token <0xNN> has id 238 + NN (llama.cpp's /detokenize says so)
 SYSTEM = "bm25"
 SRC = str(Path(__file__).resolve().parents[2] / "src")
@@ -148,10 +154,10 @@ def expected_cost(before, after, unit: str, count: int, cached: int) -> str:
             f"{sum(u['prompt_tokens'] for _, u in sent):,} + {sum(u['completion_tokens'] for _, u in sent):,} tokens)")
 
 
-def check_result(out: Path, reranker: str, bm25: dict[str, list[str]], stderr: str) -> None:
-    """Every query reranked: its top 20 a permutation of BM25's, then BM25's tail; scores strictly decreasing; the
+def check_result(out: Path, reranker: str, bm25: dict[str, list[str]], stderr: str, top_k: int = TOP_K) -> None:
+    """Every query reranked: its top k a permutation of BM25's, then BM25's tail; scores strictly decreasing; the
     result evaluated (nDCG@10 printed and stored) and its manifest written."""
-    where = out / "reranker" / reranker / SYSTEM / f"top_{TOP_K}"
+    where = out / "reranker" / reranker / SYSTEM / f"top_{top_k}"
     rows: dict[str, list[tuple[str, float]]] = {}
     for line in (where / "scifact-sample.run").read_text().splitlines():
         qid, _, doc, _, score, _ = line.split()
@@ -159,7 +165,7 @@ def check_result(out: Path, reranker: str, bm25: dict[str, list[str]], stderr: s
     assert sorted(rows) == sorted(bm25)
     for qid, ranked in rows.items():
         docs = [d for d, _ in ranked]
-        assert sorted(docs[:TOP_K]) == sorted(bm25[qid][:TOP_K]) and docs[TOP_K:] == bm25[qid][TOP_K:]
+        assert sorted(docs[:top_k]) == sorted(bm25[qid][:top_k]) and docs[top_k:] == bm25[qid][top_k:]
         assert all(a > b for (_, a), (_, b) in itertools.pairwise(ranked))
     stored = json.loads((where / "scifact-sample.json").read_text())
     shown = re.search(r"scifact-sample: nDCG@10 ([\d.]+) \(50 queries, [\d.]+ s\)", stderr)
@@ -193,7 +199,7 @@ def test_reasonrank_on_the_sample(gemma_url, sample, tmp_path):
     twice = set(sent_before) & set(sent_after)
     assert len(twice) <= CONCURRENCY and len(sent_before) - len(twice) == len(finished)
     assert len(set(sent_before) | set(sent_after)) == N_QUERIES
-    assert sorted(r["qid"] for r in finished) == sorted(set(r["qid"] for r in finished))
+    assert sorted(r["qid"] for r in finished) == sorted({r["qid"] for r in finished})
     check_result(out, "reasonrank-7b", bm25, second.stderr)
     windows = [json.loads(line) for line in (out / "reranker" / "reasonrank-7b" / SYSTEM / "top_20" /
                                              "scifact-sample.windows.jsonl").read_text().splitlines()]
@@ -201,6 +207,13 @@ def test_reasonrank_on_the_sample(gemma_url, sample, tmp_path):
     cost = expected_cost(before, after, "windows", N_QUERIES, len(finished))
     assert f"scifact-sample: {cost}" in second.stderr, second.stderr[-3000:]
     print(second.stderr[-1500:])
+    # recomputed with --force, the proxy gone: every window from the cache, nothing sent, the same run
+    run_file = out / "reranker" / "reasonrank-7b" / SYSTEM / "top_20" / "scifact-sample.run"
+    reranked = run_file.read_bytes()
+    again = r2med(*argv, "--force", home=home)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "(50 queries, 50 windows, 50 from the cache; this run sent 0 requests, 0 + 0 tokens)" in again.stderr
+    assert run_file.read_bytes() == reranked
 
 
 def _pointwise_keys(bodies, task: str) -> list[str]:
@@ -230,10 +243,10 @@ def check_pointwise_resume(finished, before, after, cache: Path, task: str) -> N
     assert len(stored) == len(set(stored)) == len(done) + len(resent)
 
 
-def score_cached(stderr: str, finished: list) -> int:
+def score_cached(stderr: str, finished: list, pairs: int) -> int:
     """The pairs the rerun found in the score cache: whole batches of 32 (the first run stored each batch when it was
     scored; SIGKILL lost the batch under way), at most the pairs whose requests had finished."""
-    found = re.search(r"\(50 queries, 1,000 pairs, ([\d,]+) from the cache", stderr)
+    found = re.search(rf"\(50 queries, {pairs:,} pairs, ([\d,]+) from the cache", stderr)
     assert found is not None, stderr[-3000:]
     cached = int(found.group(1).replace(",", ""))
     assert cached % 32 == 0 and cached <= len(finished)
@@ -262,20 +275,21 @@ def test_rank1_on_the_sample(gemma_url, short_sample, tmp_path):
     proxy = CountingProxy(gemma_url)
     argv = ["rerank", "--run", str(first_stage), "--system", SYSTEM, "--reranker", "rank1-7b", "--llm-model", "gemma",
             "--base-url", proxy.base_url, "--max-tokens", str(RANK1_TRACE), "--concurrency", str(CONCURRENCY),
-            "--top-k", str(TOP_K), "--data-dir", str(data), "--output", str(out)]
+            "--top-k", str(RANK1_TOP_K), "--data-dir", str(data), "--output", str(out)]
     cache = home / "rerank" / "completions" / "gemma.jsonl"
     try:
-        finished, before, after, second = kill_and_rerun(argv, home, cache, 150, proxy)
+        finished, before, after, second = kill_and_rerun(argv, home, cache, 60, proxy)
     finally:
         proxy.close()
     check_pointwise_resume(finished, before, after, cache, TASK)
-    check_result(out, "rank1-7b", bm25, second.stderr)
+    check_result(out, "rank1-7b", bm25, second.stderr, RANK1_TOP_K)
     # every pair's trace, and a forced answer for each trace that did not end in "</think> true|false"
     traces = [b for b, _ in completions(before + after) if b.get("stop")]  # the forced answers have no stop strings
-    assert len({identity(b) for b in traces}) == N_QUERIES * TOP_K
-    manifest = json.loads((out / "reranker" / "rank1-7b" / SYSTEM / "top_20" / "scifact-sample.manifest.json").read_text())
+    assert len({identity(b) for b in traces}) == N_QUERIES * RANK1_TOP_K
+    manifest = json.loads((out / "reranker" / "rank1-7b" / SYSTEM / f"top_{RANK1_TOP_K}" / "scifact-sample.manifest.json").read_text())
     assert "reranker_stats" in json.dumps(manifest)
-    cost = expected_cost(before, after, "pairs", N_QUERIES * TOP_K, score_cached(second.stderr, finished))
+    pairs = N_QUERIES * RANK1_TOP_K
+    cost = expected_cost(before, after, "pairs", pairs, score_cached(second.stderr, finished, pairs))
     assert f"scifact-sample: {cost}" in second.stderr, second.stderr[-3000:]
     print(second.stderr[-1500:])
 
@@ -291,20 +305,21 @@ def test_qwen3_reranker_on_the_sample(gemma_url, sample, tmp_path):
     argv = ["rerank", "--run", str(first_stage), "--system", SYSTEM, "--reranker", "qwen3-reranker-0.6b",
             "--via-server", "--llm-model", "gemma", "--tokenizer", str(tokenizer), "--max-length",
             str(QWEN3_MAX_LENGTH), "--base-url", proxy.base_url, "--concurrency", str(CONCURRENCY),
-            "--top-k", str(TOP_K), "--data-dir", str(data), "--output", str(out)]
+            "--top-k", str(QWEN3_TOP_K), "--data-dir", str(data), "--output", str(out)]
     cache = home / "rerank" / "completions" / "gemma.jsonl"
     try:
-        finished, before, after, second = kill_and_rerun(argv, home, cache, 150, proxy)
+        finished, before, after, second = kill_and_rerun(argv, home, cache, 60, proxy)
     finally:
         proxy.close()
     check_pointwise_resume(finished, before, after, cache, TASK)
-    check_result(out, "qwen3-reranker-0.6b", bm25, second.stderr)
+    check_result(out, "qwen3-reranker-0.6b", bm25, second.stderr, QWEN3_TOP_K)
     # one request per pair, each the card's input in Gemma's byte tokens, cut to the max length
     prompts = {identity(b): b["prompt"] for b, _ in completions(before + after)}
-    assert len(prompts) == N_QUERIES * TOP_K
+    assert len(prompts) == N_QUERIES * QWEN3_TOP_K
     assert all(len(p) <= QWEN3_MAX_LENGTH and all(GEMMA_BYTE_OFFSET <= i < GEMMA_BYTE_OFFSET + 256 for i in p)
                for p in prompts.values())
     assert sum(len(p) == QWEN3_MAX_LENGTH for p in prompts.values()) > N_QUERIES  # most passages were cut
-    cost = expected_cost(before, after, "pairs", N_QUERIES * TOP_K, score_cached(second.stderr, finished))
+    pairs = N_QUERIES * QWEN3_TOP_K
+    cost = expected_cost(before, after, "pairs", pairs, score_cached(second.stderr, finished, pairs))
     assert f"scifact-sample: {cost}" in second.stderr, second.stderr[-3000:]
     print(second.stderr[-1500:])
