@@ -196,7 +196,8 @@ class Qwen3ServerScorer:
         if self._tokenizer is None and self.tokenizer_source is not None:
             from r2med.rerankers.reasonrank import load_tokenizer
 
-            self._tokenizer = load_tokenizer(self.tokenizer_source)
+            self._tokenizer = load_tokenizer(self.tokenizer_source,
+                                             purpose="cutting Qwen3-Reranker's input as its model card (--tokenizer)")
         return self._tokenizer
 
     def requests_for(self, queries: Sequence[str], documents: Sequence[str]) -> list[TextRequest]:
