@@ -111,3 +111,78 @@ def test_local_scores_are_the_yes_no_softmax_at_the_last_position(tmp_path, monk
     assert len({round(s, 6) for s in scores}) == 3
     batch = reranker.scorer.encode(queries, docs)
     assert batch["input_ids"].shape[1] == 60 and batch["attention_mask"][1, 0].item() == 0  # left padding
+
+
+def test_the_cost_line_of_the_server_scorer(tmp_path):
+    """One request per distinct pair; the tokens are what the fake server says (prompt: characters, completion: 1)."""
+    from r2med.rerankers.base import cost_line
+    from r2med.types import Run
+
+    docs = {"a": "Beijing.", "b": "Gravity.", "c": "Nothing at all."}
+    queries = {"q1": "capital of China", "q2": "what is gravity"}
+    run = Run({"q1": {"a": 2.0, "b": 1.0}, "q2": {"b": 3.0, "c": 2.0, "a": 1.0}})
+    pairs = [(queries["q1"], docs["a"]), (queries["q1"], docs["b"]), (queries["q2"], docs["b"]),
+             (queries["q2"], docs["c"]), (queries["q2"], docs["a"])]
+    answers = {qwen3_prompt(q, d): ("no", "length", {"no": -0.1, "yes": -2.0}) for q, d in pairs}
+    prompt_total = sum(len(qwen3_prompt(q, d)) for q, d in pairs)
+    with CompletionsServer(answers, usage=lambda prompt, text: (len(prompt), 1)) as server:
+        reranker = make_reranker("qwen3-reranker-0.6b", {"via_server": True, "base_url": server.base_url},
+                                 Runtime(cache_dir=tmp_path, progress=False))
+        stats = reranker.rerank(queries, docs, run, top_k=3).details()
+        assert len(server.bodies) == 5
+    assert cost_line(stats) == (f"cost per query: {prompt_total / 2:,.0f} prompt + 2 completion tokens (2 queries, 5 "
+                                f"pairs, 0 from the cache; this run sent 5 requests, {prompt_total:,} + 5 tokens)")
+
+
+def bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's byte-level alphabet (the characters ``tokenizers``' ByteLevel pre-tokenizer maps bytes to): printable
+    bytes stand for themselves, the others for 256, 257, ... in byte order."""
+    shown = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAC + 1), *range(0xAE, 0xFF + 1)]
+    others = [b for b in range(256) if b not in shown]
+    return {**{b: chr(b) for b in shown}, **{b: chr(256 + i) for i, b in enumerate(others)}}
+
+
+def test_with_the_models_tokenizer_the_server_gets_the_cards_input_as_token_ids(tmp_path):
+    """The card's process_inputs (README.md:224-231): the pair cut to max_length minus the prefix and suffix tokens,
+    between them; worked out here in bytes (a byte-level tokenizer: one token per byte)."""
+    from test_reasonrank import byte_tokenizer
+
+    tokenizer = byte_tokenizer()
+    folder = tmp_path / "tok"
+    tokenizer.save_pretrained(folder)
+    alphabet = sorted(bytes_to_unicode().values())
+    to_unicode = bytes_to_unicode()
+
+    def ids(raw: bytes) -> tuple[int, ...]:
+        return tuple(alphabet.index(to_unicode[b]) for b in raw)
+
+    prefix, suffix = PREFIX.encode(), SUFFIX.encode()
+    max_length = len(prefix) + len(suffix) + 125
+    query, short, long = "fever", "Aspirin.", "Aspirin Na\u00efve patients " + "x" * 200
+    pair_short = f"<Instruct>: {DEFAULT}\n<Query>: {query}\n<Document>: {short}".encode()
+    pair_long = f"<Instruct>: {DEFAULT}\n<Query>: {query}\n<Document>: {long}".encode()
+    assert len(pair_short) == 122 and pair_long[124:126] == "\u00ef".encode()  # the cut falls inside "ï"
+    expected_short = ids(prefix) + ids(pair_short) + ids(suffix)
+    expected_long = ids(prefix) + ids(pair_long[:125]) + ids(suffix)  # the first 125 bytes of the pair
+    answers = {expected_short: ("yes", "length", {"yes": -0.2, "no": -1.7}),
+               expected_long: ("no", "length", {"no": -0.3, "yes": -1.2})}
+    with CompletionsServer(answers) as server:
+        reranker = make_reranker("qwen3-reranker-0.6b", {"via_server": True, "base_url": server.base_url,
+                                                         "tokenizer": str(folder), "max_length": max_length},
+                                 Runtime(cache_dir=tmp_path, progress=False))
+        scores = reranker.scorer.score([query, query], [short, long])
+        assert [tuple(b["prompt"]) for b in server.bodies] == [expected_short, expected_long]
+    sigmoid = lambda a, b: math.exp(a) / (math.exp(a) + math.exp(b))
+    assert scores == pytest.approx([sigmoid(-0.2, -1.7), sigmoid(-1.2, -0.3)], abs=1e-12)
+
+
+def test_without_a_tokenizer_the_whole_text_goes_and_a_warning_says_so(tmp_path, caplog):
+    doc = "word " * 5000  # past 8192 tokens of any tokenizer
+    answers = {qwen3_prompt("q", doc): ("yes", "length", {"yes": -0.2, "no": -1.7})}
+    with CompletionsServer(answers) as server:
+        reranker = make_reranker("qwen3-reranker-0.6b", {"via_server": True, "base_url": server.base_url},
+                                 Runtime(cache_dir=tmp_path, progress=False))
+        with caplog.at_level("WARNING"):
+            reranker.scorer.score(["q"], [doc])
+        assert server.bodies[0]["prompt"] == qwen3_prompt("q", doc)
+    assert "not cut to 8192 tokens as the model card does (pass --tokenizer DIR|ID)" in caplog.text

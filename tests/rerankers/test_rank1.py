@@ -134,7 +134,7 @@ def test_a_server_without_logprobs_is_an_error_not_a_silent_half(tmp_path):
 
     prompt = authors_prompt("q", "d")
     with CompletionsServer({prompt: ("x", "stop", {})}) as server:
-        server.answer = lambda text, finish, last: {"choices": [{"text": text, "finish_reason": finish}]}  # type: ignore
+        server.answer = lambda text, finish, last, prompt="": {"choices": [{"text": text, "finish_reason": finish}]}  # type: ignore
         client = ChatClient("m", server.base_url, max_retries=0, backoff=0.0)
         scorer = Rank1Scorer(CompletionRequests(client, task="t"))
         with pytest.raises(ProviderError, match="no logprobs"):
@@ -159,3 +159,49 @@ def test_a_pipeline_file_takes_their_options_and_checks_them():
     assert spec.reranker.options == Qwen3RerankerOptions(via_server=True)
     with pytest.raises(InvalidInputError, match=r"\[reranker\]: unknown key\(s\) window"):
         parse_spec({"retriever": [{"name": "bm25"}], "reranker": {"name": "rank1-7b", "window": 5}}, base=Path("."))
+
+
+def test_the_cost_line_counts_every_request_of_the_result(tmp_path):
+    """Tokens per query over every pair's trace and forced answer, worked out from what the fake server says each
+    answer used (prompt tokens: the prompt's characters; completion tokens: the text's characters + 1)."""
+    from r2med.rerankers.base import cost_line
+
+    query = "Is aspirin an NSAID?"
+    docs = {"a": "Aspirin is an NSAID.", "b": "Ibuprofen is sold over the counter.", "c": "Unrelated text."}
+    p = {d: authors_prompt(query, text) for d, text in docs.items()}
+    forced_b = p["b"] + "\nThe passage is about ibuprofen.\n</think>"
+    forced_c = p["c"] + "\nHmm\n</think>"
+    answers = {p["a"]: ("It is. ", "stop", {" true": -0.2, " false": -1.9}),
+               p["b"]: ("The passage is about ibuprofen. It says noth", "length", {"ing": -0.1}),
+               forced_b: ("", "length", {" false": -0.1, " true": -2.5}),
+               p["c"]: ("Hmm", "length", {" true": -0.3}),
+               forced_c: ("", "length", {" true": -0.05})}
+    used = {prompt: (len(prompt), len(text) + 1) for prompt, (text, _, _) in answers.items()}
+    prompt_total = sum(n for n, _ in used.values())
+    completion_total = sum(n for _, n in used.values())
+    assert (prompt_total, completion_total) == (len(p["a"]) + len(p["b"]) + len(forced_b) + len(p["c"]) + len(forced_c),
+                                                8 + 45 + 1 + 4 + 1)
+    run = Run({"q1": {"a": 3.0, "b": 2.0, "c": 1.0}, "q2": {"a": 1.0}})
+    queries = {"q1": query, "q2": query}  # q2's one pair is q1's pair (a): requested once, counted once
+
+    def rerank() -> dict:
+        reranker = make_reranker("rank1-7b", {"base_url": server.base_url, "llm_model": "rank1"},
+                                 Runtime(cache_dir=tmp_path, progress=False))
+        return reranker.rerank(queries, docs, run, top_k=3).details()
+
+    with CompletionsServer(answers, usage=lambda prompt, text: (len(prompt), len(text) + 1)) as server:
+        first = rerank()
+        assert len(server.bodies) == 5
+        again = rerank()  # every pair from the score cache, its tokens from the response cache
+        assert len(server.bodies) == 5
+        (tmp_path / "rerank" / "completions" / "rank1.jsonl").unlink()
+        blind = rerank()  # the scores are cached, the responses are gone: their tokens are not known
+        assert len(server.bodies) == 5
+    per_query = f"{prompt_total / 2:,.0f} prompt + {completion_total / 2:,.0f} completion tokens"
+    assert cost_line(first) == (f"cost per query: {per_query} (2 queries, 4 pairs, 0 from the cache; this run sent 5 "
+                                f"requests, {prompt_total:,} + {completion_total:,} tokens)")
+    assert first["result_prompt_tokens"] == first["prompt_tokens"] == prompt_total
+    assert cost_line(again) == (f"cost per query: {per_query} (2 queries, 4 pairs, 3 from the cache; this run sent 0 "
+                                "requests, 0 + 0 tokens)")
+    assert cost_line(blind) == ("cost per query: 0 prompt + 0 completion tokens (2 queries, 4 pairs, 3 from the cache; "
+                                "this run sent 0 requests, 0 + 0 tokens; the tokens of 3 pairs are not known)")

@@ -141,9 +141,9 @@ class ChatClient:
             return await self.complete_text(job.prompt, job.params, extra=job.extra)
         return await self.complete(job.messages, job.params, extra=job.extra)
 
-    async def complete_text(self, prompt: str, params: SamplingParams, *, stop: Sequence[str] = (),
+    async def complete_text(self, prompt: str | list[int], params: SamplingParams, *, stop: Sequence[str] = (),
                             extra: dict[str, Any] | None = None, logprobs: int | None = None) -> ChatResult:
-        """One text completion (``POST /v1/completions``) of ``prompt`` with retries, ending at any of ``stop``;
+        """One text completion (``POST /v1/completions``) of ``prompt`` (a text, or token ids) with retries, ending at any of ``stop``;
         ``extra``: request fields outside OpenAI's API (vLLM's and llama.cpp's ``top_k``, ``repetition_penalty``).
 
         An empty text is a valid answer here (the model may stop at once). ``ChatResult.stop`` is the stop string

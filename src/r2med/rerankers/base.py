@@ -132,12 +132,16 @@ def assemble(run: Run, heads: Mapping[str, Sequence[str]], top_k: int, *, name: 
 
 
 def cost_line(stats: Mapping[str, object] | None) -> str | None:
-    """What an LLM reranker's result cost, from its stats (``ListwiseStats`` as a dict): tokens per query over every
-    window of the result (cached ones as recorded), and what this run sent; None for stats without token counts.
+    """What an LLM reranker's result cost, from its stats (``ListwiseStats`` or ``ServedStats`` as a dict): tokens per
+    query over every window (listwise) or distinct pair (pointwise) of the result (cached ones as recorded), and what
+    this run sent; None for stats without token counts.
 
     >>> cost_line({"queries": 4, "windows": 36, "cached": 9, "requests": 28, "result_prompt_tokens": 40000,
     ...            "result_completion_tokens": 7202, "prompt_tokens": 30000, "completion_tokens": 5400})
     'cost per query: 10,000 prompt + 1,800 completion tokens (4 queries, 36 windows, 9 from the cache; this run sent 28 requests, 30,000 + 5,400 tokens)'
+    >>> cost_line({"queries": 2, "pairs": 40, "cached": 0, "scored": 40, "requests": 60, "result_prompt_tokens": 5000,
+    ...            "result_completion_tokens": 300, "prompt_tokens": 5000, "completion_tokens": 300, "unknown": 0})
+    'cost per query: 2,500 prompt + 150 completion tokens (2 queries, 40 pairs, 0 from the cache; this run sent 60 requests, 5,000 + 300 tokens)'
     >>> cost_line({"pairs": 10}) is None
     True
     """
@@ -148,8 +152,10 @@ def cost_line(stats: Mapping[str, object] | None) -> str | None:
         value = stats.get(key)
         return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
 
+    unit = "pairs" if "pairs" in stats else "windows"
     queries = max(num("queries"), 1)
+    unknown = f"; the tokens of {num('unknown'):,} pairs are not known" if num("unknown") else ""
     return (f"cost per query: {num('result_prompt_tokens') / queries:,.0f} prompt + "
             f"{num('result_completion_tokens') / queries:,.0f} completion tokens ({num('queries')} queries, "
-            f"{num('windows')} windows, {num('cached')} from the cache; this run sent {num('requests')} requests, "
-            f"{num('prompt_tokens'):,} + {num('completion_tokens'):,} tokens)")
+            f"{num(unit):,} {unit}, {num('cached'):,} from the cache; this run sent {num('requests'):,} requests, "
+            f"{num('prompt_tokens'):,} + {num('completion_tokens'):,} tokens{unknown})")

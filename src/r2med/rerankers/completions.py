@@ -64,18 +64,32 @@ def two_way(top: Mapping[str, float], first: str, second: str, *, missing: float
 
 @dataclass(frozen=True)
 class TextRequest:
-    """One ``/v1/completions`` request: the prompt, its sampling, stop strings, top logprobs and extra fields."""
+    """One ``/v1/completions`` request: the prompt (a text, or a tuple of token ids: the model's input exactly, as
+    vLLM's and llama.cpp's completions take it), its sampling, stop strings, top logprobs and extra fields."""
 
-    prompt: str
+    prompt: str | tuple[int, ...]
     params: SamplingParams
     stop: tuple[str, ...] = ()
     logprobs: int = 20
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def key(self, model: str, task: str) -> str:
-        """The response-cache key: everything the response depends on (not the server's address)."""
-        return request_key(model, [{"role": "completion", "content": self.prompt}], self.params,
+        """The response-cache key: everything the response depends on (not the server's address).
+
+        >>> p = SamplingParams(temperature=0.0)
+        >>> TextRequest("1 2", p).key("m", "t") == TextRequest((1, 2), p).key("m", "t")
+        False
+        """
+        if isinstance(self.prompt, str):
+            message = {"role": "completion", "content": self.prompt}
+        else:
+            message = {"role": "completion-token-ids", "content": " ".join(str(int(i)) for i in self.prompt)}
+        return request_key(model, [message], self.params,
                            extra={"task": task, "stop": list(self.stop), "logprobs": self.logprobs, **self.extra})
+
+    def payload_prompt(self) -> str | list[int]:
+        """The ``prompt`` field sent: the text, or the token ids as a list."""
+        return self.prompt if isinstance(self.prompt, str) else list(self.prompt)
 
 
 def record_of(result: ChatResult) -> dict[str, Any]:
@@ -90,7 +104,8 @@ def record_of(result: ChatResult) -> dict[str, Any]:
 class CompletionRequests:
     """Sends text completions through ``client``, each answered from ``cache`` when it holds it.
 
-    ``requests_sent``/``cached`` count this object's requests (the client's ``usage`` counts attempts and tokens).
+    ``requests_sent``/``cached`` count this object's requests (the client's ``usage`` counts attempts and tokens);
+    ``lookup`` finds the record of a request already answered (this run's, or the cache's) without sending it.
     """
 
     def __init__(self, client: ChatClient, *, task: str, cache: ResponseCache | None = None, concurrency: int = 8) -> None:
@@ -102,6 +117,20 @@ class CompletionRequests:
         self.concurrency = concurrency
         self.requests_sent = 0
         self.cached = 0
+        self._seen: dict[str, dict[str, Any]] = {}
+
+    def sent(self) -> tuple[int, int, int]:
+        """The client's cumulative ``(HTTP requests, prompt tokens, completion tokens)``: what was sent so far."""
+        usage = self.client.usage
+        return usage.requests, usage.prompt_tokens, usage.completion_tokens
+
+    def lookup(self, request: TextRequest) -> dict[str, Any] | None:
+        """The record of ``request`` if this object fetched it or the cache holds it; None otherwise (sends nothing)."""
+        key = request.key(self.client.model, self.task)
+        seen = self._seen.get(key)
+        if seen is None and self.cache is not None:
+            seen = self.cache.get(key)
+        return seen
 
     def fetch(self, requests: Sequence[TextRequest]) -> list[dict[str, Any]]:
         """The record (``record_of``) of each request, in order: from the cache, else requested and stored at once."""
@@ -123,6 +152,7 @@ class CompletionRequests:
             finally:
                 if self.cache is not None:  # its lock given back: the next run with this LLM may write it
                     self.cache.close()
+        self._seen.update(out)
         return [out[key] for key in keys]
 
     def _store(self, key: str, record: dict[str, Any], out: dict[str, dict[str, Any]]) -> None:
@@ -136,7 +166,7 @@ class CompletionRequests:
 
         async def one(key: str, request: TextRequest) -> None:
             async with gate:
-                result = await self.client.complete_text(request.prompt, request.params, stop=request.stop,
+                result = await self.client.complete_text(request.payload_prompt(), request.params, stop=request.stop,
                                                          extra=dict(request.extra), logprobs=request.logprobs)
             send(key, record_of(result))
 
@@ -148,3 +178,17 @@ class CompletionRequests:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await self.client.aclose()
+
+
+def tokens_of(records: Sequence[Mapping[str, Any] | None]) -> tuple[int, int] | None:
+    """The ``(prompt, completion)`` tokens the records say they used; None when one of them is missing.
+
+    >>> tokens_of([{"prompt_tokens": 30, "completion_tokens": 8}, {"prompt_tokens": 40, "completion_tokens": 1}])
+    (70, 9)
+    >>> tokens_of([{"prompt_tokens": 30, "completion_tokens": 8}, None]) is None
+    True
+    """
+    if any(record is None for record in records):
+        return None
+    return (sum(int(r.get("prompt_tokens") or 0) for r in records if r is not None),
+            sum(int(r.get("completion_tokens") or 0) for r in records if r is not None))

@@ -122,6 +122,10 @@ class Qwen3RerankerOptions(LogprobOptions, LLMOptions, PointwiseOptions):
     max_tokens: int | None = redefault(LLMOptions, "max_tokens", 1, note="default: 1 for qwen3-reranker")
     via_server: bool = option(False, "qwen3-reranker: score through the server at --base-url (/v1/completions with "
                               "logprobs) instead of loading the model here")
+    tokenizer: str | None = option(None, "qwen3-reranker server: the model's tokenizer, a local directory or hub id, "
+                                   "to send the model card's input as token ids, the pair cut to --max-length (default: "
+                                   "the model's, when in the local Hugging Face cache; else the whole text is sent)",
+                                   metavar="DIR|ID")
     instruction: str | None = option(None, "qwen3-reranker: the <Instruct> text (default: the model card's 'Given a "
                                      "web search query, retrieve relevant passages that answer the query')",
                                      metavar="TEXT")

@@ -15,7 +15,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from r2med.errors import ProviderError, UsageError
 from r2med.io.progress import progress_bar
@@ -33,6 +33,17 @@ class PairScorer(Protocol):
     def score(self, queries: Sequence[str], documents: Sequence[str]) -> list[float]: ...
 
 
+@runtime_checkable
+class ServedScorer(PairScorer, Protocol):
+    """A ``PairScorer`` whose pairs are requests to an LLM server (Rank1, Qwen3-Reranker via a server): ``sent()`` is
+    its client's cumulative ``(HTTP requests, prompt tokens, completion tokens)``; ``pair_tokens`` the ``(prompt,
+    completion)`` tokens of a pair's requests as their responses record them (None when a response is not at hand)."""
+
+    def sent(self) -> tuple[int, int, int]: ...
+
+    def pair_tokens(self, query: str, document: str) -> tuple[int, int] | None: ...
+
+
 @dataclass(frozen=True)
 class PointwiseStats:
     """Pairs in the top k of all queries, how many distinct ones were found in the cache, how many were scored."""
@@ -40,6 +51,22 @@ class PointwiseStats:
     pairs: int
     cached: int
     scored: int
+
+
+@dataclass(frozen=True)
+class ServedStats(PointwiseStats):
+    """``PointwiseStats`` of a ``ServedScorer``, with what it cost (``r2med.rerankers.base.cost_line``): ``queries``;
+    the HTTP requests (retries included) and tokens this call sent; the tokens of every distinct pair of the result,
+    the ones found in a cache as their responses recorded them (``result_*``); ``unknown``: distinct pairs whose
+    responses are in no cache (scored earlier, their response cache since removed), left out of ``result_*``."""
+
+    queries: int
+    requests: int
+    prompt_tokens: int
+    completion_tokens: int
+    result_prompt_tokens: int
+    result_completion_tokens: int
+    unknown: int = 0
 
 
 @dataclass
@@ -82,14 +109,47 @@ class PointwiseReranker:
         total = sum(len(k) for k in keys.values())
         stats = PointwiseStats(total, len(scores), len(todo))
         logger.info("%s: %d pairs, %d distinct found in the cache, %d to score", self.name, total, len(scores), len(todo))
+        served = isinstance(self.scorer, ServedScorer)
+        before = self.scorer.sent() if served else (0, 0, 0)
+        texts = {**todo}
+        for qid, head in heads.items():
+            for doc, key in zip(head, keys[qid]):
+                texts.setdefault(key, (queries[qid], corpus[doc]))
         if todo:
             scores.update(self._score(todo, cache))
+        if served:
+            stats = self._served_stats(stats, len(heads), texts, before)
         orders = {qid: order_by_scores(head, [scores[key] for key in keys[qid]]) for qid, head in heads.items()}
         return Reranked(assemble(run, orders, top_k, name=self.name), name=self.name, stats=stats)
 
+    def _served_stats(self, stats: PointwiseStats, queries: int, texts: Mapping[str, tuple[str, str]],
+                      before: tuple[int, int, int]) -> ServedStats:
+        """What a ``ServedScorer``'s result cost: the tokens of every distinct pair, and what this call sent."""
+        scorer: Any = self.scorer
+        prompt = completion = unknown = 0
+        for query, document in texts.values():
+            tokens = scorer.pair_tokens(query, document)
+            if tokens is None:
+                unknown += 1
+                continue
+            prompt += tokens[0]
+            completion += tokens[1]
+        after = scorer.sent()
+        if unknown:
+            logger.warning("%s: the tokens of %d of %d pairs are not known (scored earlier; their responses are in no "
+                           "cache): the cost per query leaves them out", self.name, unknown, len(texts))
+        return ServedStats(stats.pairs, stats.cached, stats.scored, queries=queries,
+                           requests=after[0] - before[0], prompt_tokens=after[1] - before[1],
+                           completion_tokens=after[2] - before[2], result_prompt_tokens=prompt,
+                           result_completion_tokens=completion, unknown=unknown)
+
     def _score(self, todo: dict[str, tuple[str, str]], cache: ScoreCache | None) -> dict[str, float]:
-        # longest first: batches of similar length carry little padding, and an out-of-memory error comes early
-        items = sorted(todo.items(), key=lambda item: -(len(item[1][0]) + len(item[1][1])))
+        # longest first: batches of similar length carry little padding, and an out-of-memory error comes early; a
+        # server's pairs go query by query instead (the first-stage order), so that consecutive requests share the
+        # query's part of the prompt and a server's prefix cache (vLLM, llama.cpp) reuses it
+        items = list(todo.items())
+        if not isinstance(self.scorer, ServedScorer):
+            items.sort(key=lambda item: -(len(item[1][0]) + len(item[1][1])))
         out: dict[str, float] = {}
         pending: dict[str, float] = {}
         bar = progress_bar(len(items), desc=f"reranking ({self.name})", unit="pair", enabled=self.progress)

@@ -11,8 +11,10 @@ empty think block (lines 256-257); batches are left-padded. The score is the sof
 Two ways: :class:`Qwen3RerankerScorer` loads the model here with transformers (``AutoModelForCausalLM``);
 :class:`Qwen3ServerScorer` sends the same text (prefix + pair + suffix) to an OpenAI-compatible ``/v1/completions``
 server for one token with the top 20 logprobs, and normalises ``yes`` against ``no`` among them (a token not there
-counts as logprob -10, as the card's vLLM usage does, lines 316-330). The server is sent the whole text: it is not
-cut to ``max_length`` (that needs the model's tokenizer here).
+counts as logprob -10, as the card's vLLM usage does, lines 316-330). With the model's tokenizer at hand
+(``tokenizer``: a directory or hub id; by default the model's own when it is in the local Hugging Face cache) the
+server gets the card's input exactly: the token ids of the prefix, the pair cut as above, and the suffix. Without
+one it gets the whole text, not cut to ``max_length`` (a warning says so).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from r2med.hf import (
     resolve_device,
 )
 from r2med.llm.client import SamplingParams
-from r2med.rerankers.completions import CompletionRequests, TextRequest, fact, two_way
+from r2med.rerankers.completions import CompletionRequests, TextRequest, fact, tokens_of, two_way
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +58,19 @@ def qwen3_pair(query: str, document: str, instruction: str | None = None) -> str
 def qwen3_prompt(query: str, document: str, instruction: str | None = None) -> str:
     """The whole text the model reads: the card's prefix, the pair and its suffix (what the server is sent)."""
     return fact(NAME, "prefix") + qwen3_pair(query, document, instruction) + fact(NAME, "suffix")
+
+
+def card_input_ids(tokenizer: Any, pairs: Sequence[str], max_length: int) -> list[list[int]]:
+    """The card's ``process_inputs`` before padding: each pair tokenized and cut (``longest_first``) to ``max_length``
+    minus the prefix and suffix tokens, between them (README.md:224-231, 254-259)."""
+    prefix = tokenizer.encode(fact(NAME, "prefix"), add_special_tokens=False)
+    suffix = tokenizer.encode(fact(NAME, "suffix"), add_special_tokens=False)
+    if max_length <= len(prefix) + len(suffix):
+        raise UsageError(f"max length {max_length} leaves no room for the pair after the prompt's "
+                         f"{len(prefix) + len(suffix)} prefix and suffix tokens")
+    out = tokenizer(list(pairs), padding=False, truncation="longest_first", return_attention_mask=False,
+                    max_length=max_length - len(prefix) - len(suffix))
+    return [prefix + list(ids) + suffix for ids in out["input_ids"]]
 
 
 def qwen3_server_score(top: dict[str, float] | None) -> float:
@@ -118,20 +133,15 @@ class Qwen3RerankerScorer:
                     raise UsageError(f"{self.model_id}: its tokenizer has no token {token!r}; is it a Qwen3-Reranker?")
             prefix = tokenizer.encode(fact(NAME, "prefix"), add_special_tokens=False)
             suffix = tokenizer.encode(fact(NAME, "suffix"), add_special_tokens=False)
-            if self.max_length <= len(prefix) + len(suffix):
-                raise UsageError(f"max length {self.max_length} leaves no room for the pair after the prompt's "
-                                 f"{len(prefix) + len(suffix)} prefix and suffix tokens")
             model.to(self.device).eval()
             self._loaded = (tokenizer, model, prefix, suffix, int(yes), int(no))
         return self._loaded
 
     def encode(self, queries: Sequence[str], documents: Sequence[str]) -> Any:
         """The card's ``process_inputs``: each pair cut to fit, wrapped in the prefix and suffix, left-padded."""
-        tokenizer, _, prefix, suffix, _, _ = self.load()
+        tokenizer = self.load()[0]
         pairs = [qwen3_pair(q, d, self.instruction) for q, d in zip(queries, documents)]
-        out = tokenizer(pairs, padding=False, truncation="longest_first", return_attention_mask=False,
-                        max_length=self.max_length - len(prefix) - len(suffix))
-        out["input_ids"] = [prefix + ids + suffix for ids in out["input_ids"]]
+        out = {"input_ids": card_input_ids(tokenizer, pairs, self.max_length)}
         with warnings.catch_warnings():  # the card passes max_length to pad(), which transformers says it ignores
             warnings.simplefilter("ignore", UserWarning)
             return tokenizer.pad(out, padding=True, return_tensors="pt", max_length=self.max_length)
@@ -151,10 +161,13 @@ class Qwen3ServerScorer:
 
     ``answer_token_ids``: the ids of ``yes`` and ``no``, sent as vLLM's ``allowed_token_ids`` as the card's vLLM usage
     does (None: not sent; the ratio of the two is the same, but a token outside the top ``logprobs`` counts as -10).
+    ``tokenizer``: the model's tokenizer (a loaded one, or a directory or hub id loaded at the first pair): each
+    request is then the card's input as token ids, the pair cut to ``max_length``; None: the whole text is sent.
     """
 
     def __init__(self, requests: CompletionRequests, *, instruction: str | None = None, logprobs: int = 20,
-                 answer_token_ids: Sequence[int] | None = None, params: SamplingParams | None = None) -> None:
+                 answer_token_ids: Sequence[int] | None = None, params: SamplingParams | None = None,
+                 tokenizer: Any = None, max_length: int = 8192) -> None:
         if answer_token_ids is not None and len(answer_token_ids) != 2:
             raise UsageError(f"answer_token_ids takes the ids of 'yes' and 'no' (two ids), got {list(answer_token_ids)}")
         sampling = fact(NAME, "server_sampling")
@@ -164,17 +177,56 @@ class Qwen3ServerScorer:
         self.answer_token_ids = list(answer_token_ids) if answer_token_ids is not None else None
         self.params = params or SamplingParams(temperature=float(sampling["temperature"]),
                                                max_tokens=int(sampling["max_tokens"]))
+        self.tokenizer_source = tokenizer if isinstance(tokenizer, str) or tokenizer is None else \
+            str(getattr(tokenizer, "name_or_path", "") or "given")
+        self._tokenizer = None if isinstance(tokenizer, str) else tokenizer
+        self.max_length = max_length
+        self._warned = False
 
     def describe(self) -> dict[str, Any]:
+        cut = ({"token_ids": True, "tokenizer": self.tokenizer_source, "max_length": self.max_length}
+               if self.tokenizer_source is not None else {"token_ids": False, "cut": "whole text, not cut"})
         return {"kind": f"{NAME}-server", "task": TASK, "model": self.requests.client.model,
                 "instruction": self.instruction, "params": self.params.to_request(), "logprobs": self.logprobs,
                 "answer_token_ids": self.answer_token_ids,
-                "input": [fact(NAME, "prefix"), fact(NAME, "pair"), fact(NAME, "suffix")]}
+                "input": [fact(NAME, "prefix"), fact(NAME, "pair"), fact(NAME, "suffix")], **cut}
+
+    def tokenizer(self) -> Any:
+        """The model's tokenizer (loaded at the first use), or None when the whole text is sent."""
+        if self._tokenizer is None and self.tokenizer_source is not None:
+            from r2med.rerankers.reasonrank import load_tokenizer
+
+            self._tokenizer = load_tokenizer(self.tokenizer_source,
+                                             purpose="cutting Qwen3-Reranker's input as its model card (--tokenizer)")
+        return self._tokenizer
+
+    def requests_for(self, queries: Sequence[str], documents: Sequence[str]) -> list[TextRequest]:
+        """One request per pair: the card's input as token ids (with a tokenizer), else the whole text."""
+        extra = {"allowed_token_ids": self.answer_token_ids} if self.answer_token_ids is not None else {}
+        tokenizer = self.tokenizer()
+        if tokenizer is None:
+            if not self._warned:
+                logger.warning("%s: no tokenizer of the model here: each pair goes to the server whole, not cut to %d "
+                               "tokens as the model card does (pass --tokenizer DIR|ID)", self.requests.client.model,
+                               self.max_length)
+                self._warned = True
+            prompts: list[str | tuple[int, ...]] = [qwen3_prompt(q, d, self.instruction)
+                                                    for q, d in zip(queries, documents)]
+        else:
+            pairs = [qwen3_pair(q, d, self.instruction) for q, d in zip(queries, documents)]
+            prompts = [tuple(ids) for ids in card_input_ids(tokenizer, pairs, self.max_length)]
+        return [TextRequest(prompt, self.params, (), self.logprobs, extra) for prompt in prompts]
 
     def request(self, query: str, document: str) -> TextRequest:
-        extra = {"allowed_token_ids": self.answer_token_ids} if self.answer_token_ids is not None else {}
-        return TextRequest(qwen3_prompt(query, document, self.instruction), self.params, (), self.logprobs, extra)
+        return self.requests_for([query], [document])[0]
+
+    def sent(self) -> tuple[int, int, int]:
+        return self.requests.sent()
+
+    def pair_tokens(self, query: str, document: str) -> tuple[int, int] | None:
+        """The tokens of the pair's one request, as its response recorded them (None when it is not at hand)."""
+        return tokens_of([self.requests.lookup(self.request(query, document))])
 
     def score(self, queries: Sequence[str], documents: Sequence[str]) -> list[float]:
-        records = self.requests.fetch([self.request(q, d) for q, d in zip(queries, documents)])
+        records = self.requests.fetch(self.requests_for(queries, documents))
         return [qwen3_server_score(record.get("last_top_logprobs")) for record in records]

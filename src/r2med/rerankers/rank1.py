@@ -27,7 +27,7 @@ from typing import Any
 
 from r2med.errors import UsageError
 from r2med.llm.client import SamplingParams
-from r2med.rerankers.completions import CompletionRequests, TextRequest, fact, two_way
+from r2med.rerankers.completions import CompletionRequests, TextRequest, fact, tokens_of, two_way
 
 logger = logging.getLogger(__name__)
 
@@ -140,6 +140,19 @@ class Rank1Scorer:
             extra["allowed_token_ids"] = self.answer_token_ids
         return TextRequest(forced_prompt(prompt, trace), self.forced_params(), (), self.logprobs, extra)
 
+    def sent(self) -> tuple[int, int, int]:
+        return self.requests.sent()
+
+    def pair_tokens(self, query: str, document: str) -> tuple[int, int] | None:
+        """The tokens of the pair's trace and, when the trace did not hold the answer, its forced answer, as their
+        responses recorded them (None when one is not at hand)."""
+        trace_request = self.trace_request(query, document)
+        trace = self.requests.lookup(trace_request)
+        if trace is None or rank1_score(trace.get("last_top_logprobs")) is not None:
+            return tokens_of([trace])
+        forced = self.requests.lookup(self.forced_request(str(trace_request.prompt), trace.get("text") or ""))
+        return tokens_of([trace, forced])
+
     def score(self, queries: Sequence[str], documents: Sequence[str]) -> list[float]:
         first = [self.trace_request(q, d) for q, d in zip(queries, documents)]
         records = self.requests.fetch(first)
@@ -147,7 +160,7 @@ class Rank1Scorer:
         unfinished = [i for i, s in enumerate(scores) if s is None]
         self.counts.from_trace += len(scores) - len(unfinished)
         if unfinished:
-            forced = self.requests.fetch([self.forced_request(first[i].prompt, records[i].get("text") or "")
+            forced = self.requests.fetch([self.forced_request(str(first[i].prompt), records[i].get("text") or "")
                                           for i in unfinished])
             for i, record in zip(unfinished, forced):
                 value = rank1_score(record.get("last_top_logprobs"))

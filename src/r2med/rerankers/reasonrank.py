@@ -126,11 +126,12 @@ def _trace(text: str) -> str:
     return text[start + len("<think>"):end if end >= 0 else len(text)].strip()
 
 
-def load_tokenizer(source: str, revision: str | None = None) -> Any:
+def load_tokenizer(source: str, revision: str | None = None, *,
+                   purpose: str = "ReasonRank's prompt (the model's tokenizer)") -> Any:
     """The tokenizer of ``source`` (a local directory, or a hub id from the local Hugging Face cache or the hub)."""
     from r2med.hf import check_model_exists, hub_kwargs, load_error, require
 
-    transformers = require("transformers", "llm", "ReasonRank's prompt (the model's tokenizer)")
+    transformers = require("transformers", "llm", purpose)
     check_model_exists(source, revision)
     try:
         return transformers.AutoTokenizer.from_pretrained(source, **hub_kwargs(revision, source))

@@ -253,13 +253,22 @@ def _rank1(spec: RerankerSpec, options: Rank1Options, runtime: Runtime) -> Reran
     return _pointwise(spec, PointwiseOptions(), runtime, scorer, default_batch_size=max(32, 4 * options.concurrency))
 
 
+def _cached_tokenizer(model: str) -> str | None:
+    """``model`` when its files are in the local Hugging Face cache (its tokenizer loads without a download)."""
+    from r2med.hf import in_hf_cache
+
+    return model if in_hf_cache(model) else None
+
+
 def _qwen3_reranker(spec: RerankerSpec, options: Qwen3RerankerOptions, runtime: Runtime) -> Reranker:
     from r2med.rerankers import qwen3
 
     if options.via_server:
         scorer: PairScorer = qwen3.Qwen3ServerScorer(
             _completions(spec, options, runtime, qwen3.TASK), instruction=options.instruction,
-            logprobs=options.top_logprobs, answer_token_ids=options.answer_token_ids, params=options.sampling())
+            logprobs=options.top_logprobs, answer_token_ids=options.answer_token_ids, params=options.sampling(),
+            tokenizer=options.tokenizer or _cached_tokenizer(str(spec.model)),
+            max_length=options.max_length or spec.max_length or 8192)
         return _pointwise(spec, options, runtime, scorer, default_batch_size=max(32, 4 * options.concurrency))
     scorer = qwen3.Qwen3RerankerScorer(str(spec.model), max_length=options.max_length or spec.max_length or 8192,
                                        instruction=options.instruction, device=options.device,
