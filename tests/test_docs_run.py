@@ -26,7 +26,6 @@ NOT_YET = {
                  "made by its commands; search-o1's cache count varies between runs (97 calls, 3 from the cache)"),
     "leaderboard.md": "blocks use results/ and data/ that no command of the page makes",
     "offline.md": "shows a machine without network and HF_HUB_OFFLINE unset: the test runs offline",
-    "pipelines.md": "pipeline.toml is shown as a toml block, not made by a command",
     "reproduce.md": "ref.json and data/ are not made by its commands; the --list block is abridged by hand",
     "serve.md": "r2med serve on the fixed port 8000, which another process may hold on a shared machine",
     "dense.md": "needs the MiniLM model (minilm extra); not checked yet",
@@ -85,3 +84,13 @@ def test_marked_blocks_are_only_parsed(tmp_path):
     problems = sync_docs.report(sync_docs.run_page(page))
     said = f"{page} block 1 (line 2), `r2med run --no-such-flag`: `r2med run --no-such-flag` does not parse (exit 2)"
     assert problems == [said]
+
+
+def test_a_file_block_is_written_before_the_commands_after_it(tmp_path):
+    page = tmp_path / "file.md"
+    page.write_text("Save as `p.toml`:\n\n<!-- docs: file conf/p.toml -->\n```toml\n[a]\nb = 1\n```\n\n"
+                    "```text\n$ cat conf/p.toml\n[a]\nb = 2\n```\n", encoding="utf-8")
+    [file_block, transcript] = sync_docs.parse(page)
+    assert (file_block.mode, file_block.reason, file_block.text) == ("file", "conf/p.toml", "[a]\nb = 1\n")
+    problems = sync_docs.report(sync_docs.run_page(page))
+    assert problems == [f"{page} block 2 (line 9), `cat conf/p.toml`: output line 2 differs:\n  page: 'b = 2'\n  got:  'b = 1'"]

@@ -25,7 +25,8 @@ compared.
 Marks. An HTML comment on the line before a block changes how it is checked: ``<!-- docs: help -->`` (needs the
 hub, a GPU, an API key or a long run): each ``r2med`` command of the block is only parsed by r2med's own argument
 parser, as ``--help`` would be (every option and choice must exist), nothing runs; ``<!-- docs: skip REASON -->``:
-not checked at all (say why). A ``bash`` block written as a synopsis (``[--option ...]``, ``bm25|MODEL``) is not run.
+not checked at all (say why); ``<!-- docs: file NAME -->``: the block (any language) is a file the reader saves as
+``NAME`` (the page says so): its text is written there, in the page's directory, before the commands after it run. A ``bash`` block written as a synopsis (``[--option ...]``, ``bm25|MODEL``) is not run.
 
 Normalisation (stated, applied to the page and to what was printed before comparing): the temporary directory is
 shown as a checkout would show it (``<tmp>/work/`` -> nothing, ``<tmp>/home`` -> ``~``, the shared data ->
@@ -59,7 +60,7 @@ DISPLAY_TMP = "/tmp"
 NOT_RUN = re.compile(r"^(pip3? install|python3? -m venv|\. \.venv/|source \.venv/|(HF_HUB_OFFLINE=1 )?python3? -m pytest)")
 #: the servers shared by every page of a session: started once, on the port the page names
 SHARED_SERVERS = ("python tools/serve_gemma.py", "python tools/agent_demo_server.py")
-MARK = re.compile(r"^<!--\s*docs:\s*(help|skip)\b\s*(.*?)\s*-->\s*$")
+MARK = re.compile(r"^<!--\s*docs:\s*(help|skip|file)\b\s*(.*?)\s*-->\s*$")
 #: a command whose comment says it reads the hub is only parsed (offline it cannot run)
 HUB_ONLY = re.compile(r" #.*\bfrom the hub\b")
 #: a usage synopsis, not a command: ``[--option ...]`` or alternatives ``bm25|MODEL``
@@ -92,6 +93,7 @@ class Block:
     start: int  # index of the first line inside the fence
     end: int  # index of the closing fence
     steps: list[Step] = field(default_factory=list)
+    text: str = ""  # a ``file`` block's content
 
     def where(self) -> str:
         return f"{self.page.relative_to(REPO) if self.page.is_relative_to(REPO) else self.page} block {self.number} (line {self.line})"
@@ -136,7 +138,10 @@ def parse(page: Path) -> list[Block]:
         before = next((lines[j] for j in range(i - 1, -1, -1) if lines[j].strip()), "")
         mark = MARK.match(before.strip())
         transcript = kind == "text" and any(line.startswith("$ ") for line in body)
-        if kind == "bash" or transcript:
+        if mark and mark.group(1) == "file":  # the page shows a file the reader saves: it is written, then used
+            blocks.append(Block(page, len(blocks) + 1, i + 1, kind or "text", "file", mark.group(2), i + 1, end,
+                                text="".join(f"{line}\n" for line in body)))
+        elif kind == "bash" or transcript:
             mode, reason = (mark.group(1), mark.group(2)) if mark else ("run", "")
             if kind == "bash" and not mark and any(SYNOPSIS.search(line) for line in body):
                 mode, reason = "skip", "a synopsis"
@@ -365,6 +370,13 @@ def run_page(page: Path, *, log: Path | None = None) -> list[Outcome]:
         try:
             for block in blocks:
                 if block.mode == "skip":
+                    continue
+                if block.mode == "file":
+                    target = work / block.reason
+                    if target.is_symlink():  # a file of the checkout linked in: the page's copy replaces it here only
+                        target.unlink()
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.write_text(block.text, encoding="utf-8")
                     continue
                 for step in block.steps:
                     command = expand_same(step.command, previous)
