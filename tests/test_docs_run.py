@@ -22,8 +22,6 @@ import sync_docs
 #: pages whose commands do not yet print what the page shows, and why (issue 25: to be synced with --write once the
 #: branches that change them are merged); each is skipped, by name, so the list can only shrink
 NOT_YET = {
-    "agent.md": ("outputs predate --protocol; the port 37965 block, 'fail' data, agent.toml and '.../summary.json' are not "
-                 "made by its commands; search-o1's cache count varies between runs (97 calls, 3 from the cache)"),
     "leaderboard.md": "blocks use results/ and data/ that no command of the page makes",
     "offline.md": "shows a machine without network and HF_HUB_OFFLINE unset: the test runs offline",
     "reproduce.md": "ref.json and data/ are not made by its commands; the --list block is abridged by hand",
@@ -90,7 +88,7 @@ def test_a_file_block_is_written_before_the_commands_after_it(tmp_path):
     page = tmp_path / "file.md"
     page.write_text("Save as `p.toml`:\n\n<!-- docs: file conf/p.toml -->\n```toml\n[a]\nb = 1\n```\n\n"
                     "```text\n$ cat conf/p.toml\n[a]\nb = 2\n```\n", encoding="utf-8")
-    [file_block, transcript] = sync_docs.parse(page)
+    [file_block, _transcript] = sync_docs.parse(page)
     assert (file_block.mode, file_block.reason, file_block.text) == ("file", "conf/p.toml", "[a]\nb = 1\n")
     problems = sync_docs.report(sync_docs.run_page(page))
     assert problems == [f"{page} block 2 (line 9), `cat conf/p.toml`: output line 2 differs:\n  page: 'b = 2'\n  got:  'b = 1'"]
