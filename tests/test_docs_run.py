@@ -22,7 +22,6 @@ import sync_docs
 #: pages whose commands do not yet print what the page shows, and why (issue 25: to be synced with --write once the
 #: branches that change them are merged); each is skipped, by name, so the list can only shrink
 NOT_YET = {
-    "leaderboard.md": "blocks use results/ and data/ that no command of the page makes",
     "offline.md": "shows a machine without network and HF_HUB_OFFLINE unset: the test runs offline",
     "reproduce.md": "ref.json and data/ are not made by its commands; the --list block is abridged by hand",
     "serve.md": "r2med serve on the fixed port 8000, which another process may hold on a shared machine",

@@ -44,6 +44,7 @@ import re
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -355,6 +356,20 @@ def parse_only(command: str) -> str:
     return "; ".join(problems)
 
 
+def _wait_for_port(command: str, limit: float = 60.0) -> None:
+    """A background command with ``--port N`` (a server): wait until 127.0.0.1:N accepts (at most ``limit`` s);
+    any other: a second."""
+    port = re.search(r"--port[ =](\d+)", command)
+    if not port:
+        time.sleep(1)
+        return
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", int(port.group(1))), timeout=1):
+            return
+        time.sleep(0.2)
+
+
 def run_page(page: Path, *, log: Path | None = None) -> list[Outcome]:
     """Run the page's blocks in order; one Outcome per compared step (``problem`` empty when it matches) and per
     failure."""
@@ -402,7 +417,7 @@ def run_page(page: Path, *, log: Path | None = None) -> list[Outcome]:
                             background.append(subprocess.Popen(["bash", "-c", code[:-1]], cwd=work, env=env,
                                                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                                                start_new_session=True))
-                            time.sleep(1)
+                            _wait_for_port(code)
                         continue
                     try:
                         done = subprocess.run(["bash", "-c", f"(exit {last_rc}); {code}"], cwd=work, env=env,
