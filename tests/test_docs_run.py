@@ -23,7 +23,6 @@ import sync_docs
 #: branches that change them are merged); each is skipped, by name, so the list can only shrink
 NOT_YET = {
     "offline.md": "shows a machine without network and HF_HUB_OFFLINE unset: the test runs offline",
-    "reproduce.md": "ref.json and data/ are not made by its commands; the --list block is abridged by hand",
     "serve.md": "r2med serve on the fixed port 8000, which another process may hold on a shared machine",
     "dense.md": "needs the MiniLM model (minilm extra); not checked yet",
 }
