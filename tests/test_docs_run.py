@@ -23,7 +23,6 @@ import sync_docs
 #: branches that change them are merged); each is skipped, by name, so the list can only shrink
 NOT_YET = {
     "offline.md": "shows a machine without network and HF_HUB_OFFLINE unset: the test runs offline",
-    "serve.md": "r2med serve on the fixed port 8000, which another process may hold on a shared machine",
     "dense.md": "needs the MiniLM model (minilm extra); not checked yet",
 }
 
@@ -90,3 +89,13 @@ def test_a_file_block_is_written_before_the_commands_after_it(tmp_path):
     assert (file_block.mode, file_block.reason, file_block.text) == ("file", "conf/p.toml", "[a]\nb = 1\n")
     problems = sync_docs.report(sync_docs.run_page(page))
     assert problems == [f"{page} block 2 (line 9), `cat conf/p.toml`: output line 2 differs:\n  page: 'b = 2'\n  got:  'b = 1'"]
+
+
+def test_a_background_command_of_a_transcript_is_compared_with_what_it_printed(tmp_path):
+    page = tmp_path / "bg.md"
+    page.write_text("```text\n$ echo listening; sleep 30 &\nlistening\n$ echo listening; sleep 31 &\nlistenin\n```\n",
+                    encoding="utf-8")
+    problems = sync_docs.report(sync_docs.run_page(page))
+    said = (f"{page} block 1 (line 1), `echo listening; sleep 31 &`: output line 1 differs:\n"
+            "  page: 'listenin'\n  got:  'listening'")
+    assert problems == [said]

@@ -12,7 +12,8 @@ temporary directory per page that looks like a checkout (the repository's top-le
 is new for each page) and this checkout's ``src`` first on ``PYTHONPATH``. ``$?`` is the exit code of the command
 before. A line ending in ``&`` starts a server: ``python tools/serve_gemma.py`` and ``python tools/agent_demo_server.py``
 are started once per session (on the port the page names, waiting for the line they print) and shared by every
-page; any other background command is stopped when its page ends. ``pip install``, ``python -m venv``, venv
+page; any other background command is stopped when its page ends (one with ``--port N`` is waited for until the port
+accepts; in a transcript, what it printed by then is compared with the page). ``pip install``, ``python -m venv``, venv
 activation and ``python -m pytest`` lines are not run (the test command would run this test again); a command whose comment says
 ``from the hub`` is only parsed (see Marks). Absolute ``/tmp/`` paths of the commands are moved into the page's
 temporary directory, and shown back as ``/tmp/``.
@@ -414,10 +415,20 @@ def run_page(page: Path, *, log: Path | None = None) -> list[Outcome]:
                                 outcomes.append(Outcome(block, step, str(exc)))
                                 return outcomes
                         else:
-                            background.append(subprocess.Popen(["bash", "-c", code[:-1]], cwd=work, env=env,
-                                                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                                               start_new_session=True))
+                            said = tmp / f"background-{len(background)}.log"
+                            with said.open("wb") as sink:
+                                background.append(subprocess.Popen(["bash", "-c", code[:-1]], cwd=work, env=env,
+                                                                   stdout=sink, stderr=subprocess.STDOUT,
+                                                                   start_new_session=True))
                             _wait_for_port(code)
+                            if step.output is not None and step.compare:  # a transcript: what it said once listening
+                                deadline = time.monotonic() + 10
+                                while "\n" not in said.read_text(errors="replace") and time.monotonic() < deadline:
+                                    time.sleep(0.1)
+                                lines = displayed(said.read_text(errors="replace"), tmp)
+                                diff = first_difference(step.output, lines)
+                                outcomes.append(Outcome(block, step, "" if diff is None else (
+                                    f"output line {diff[0]} differs:\n  page: {diff[1]!r}\n  got:  {diff[2]!r}"), lines))
                         continue
                     try:
                         done = subprocess.run(["bash", "-c", f"(exit {last_rc}); {code}"], cwd=work, env=env,
