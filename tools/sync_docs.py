@@ -336,12 +336,34 @@ class Outcome:
     printed: list[str] | None = None
 
 
+def _substituted(command: str) -> str:
+    """``command`` with each ``$(...)`` (nested parentheses and quotes included) replaced by one word, ``SUBST``, as
+    the shell gives one word for it.
+
+    >>> _substituted('r2med run --retriever $(python -c "print(f(1))") -q')
+    'r2med run --retriever SUBST -q'
+    """
+    out, i = [], 0
+    while i < len(command):
+        if command.startswith("$(", i):
+            depth, j = 1, i + 2
+            while j < len(command) and depth:
+                depth += {"(": 1, ")": -1}.get(command[j], 0)
+                j += 1
+            out.append("SUBST")
+            i = j
+        else:
+            out.append(command[i])
+            i += 1
+    return "".join(out)
+
+
 def parse_only(command: str) -> str:
     """``""`` when every ``r2med`` command of the line parses with r2med's own parser (``--help``'s check), else why."""
     from r2med.cli import build_parser
 
     problems = []
-    for part in re.split(r"&&|\|\||;|\|", command.split(" #", 1)[0]):
+    for part in re.split(r"&&|\|\||;|\|", _substituted(command.split(" #", 1)[0])):
         words = shlex.split(part)
         while words and re.match(r"^\w+=", words[0]):
             words = words[1:]
