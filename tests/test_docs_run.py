@@ -22,7 +22,6 @@ import sync_docs
 #: pages whose commands do not yet print what the page shows, and why (issue 25: to be synced with --write once the
 #: branches that change them are merged); each is skipped, by name, so the list can only shrink
 NOT_YET = {
-    "offline.md": "shows a machine without network and HF_HUB_OFFLINE unset: the test runs offline",
 }
 
 
@@ -101,3 +100,10 @@ def test_a_background_command_of_a_transcript_is_compared_with_what_it_printed(t
     said = (f"{page} block 1 (line 1), `echo listening; sleep 31 &`: output line 1 differs:\n"
             "  page: 'listenin'\n  got:  'listening'")
     assert problems == [said]
+
+
+def test_export_and_unset_lines_change_the_environment_of_later_commands(tmp_path):
+    page = tmp_path / "env.md"
+    page.write_text("```bash\nunset HF_HUB_OFFLINE      # the hub is allowed\nexport R2X='a b'   # x\n```\n\n"
+                    "```text\n$ echo \"[$R2X] [${HF_HUB_OFFLINE-unset}]\"\n[a b] [unset]\n```\n", encoding="utf-8")
+    assert sync_docs.report(sync_docs.run_page(page)) == []

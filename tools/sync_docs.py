@@ -13,7 +13,8 @@ is new for each page) and this checkout's ``src`` first on ``PYTHONPATH``. ``$?`
 before. A line ending in ``&`` starts a server: ``python tools/serve_gemma.py`` and ``python tools/agent_demo_server.py``
 are started once per session (on the port the page names, waiting for the line they print) and shared by every
 page; any other background command is stopped when its page ends (one with ``--port N`` is waited for until the port
-accepts; in a transcript, what it printed by then is compared with the page). ``pip install``, ``python -m venv``, venv
+accepts; in a transcript, what it printed by then is compared with the page). A setup line ``export NAME=VALUE`` or ``unset NAME`` changes the
+environment of the page's later commands, as in the reader's shell. ``pip install``, ``python -m venv``, venv
 activation and ``python -m pytest`` lines are not run (the test command would run this test again); a command whose comment says
 ``from the hub`` is only parsed (see Marks). Absolute ``/tmp/`` paths of the commands are moved into the page's
 temporary directory, and shown back as ``/tmp/``.
@@ -67,6 +68,8 @@ MARK = re.compile(r"^<!--\s*docs:\s*(help|skip|file)\b\s*(.*?)\s*-->\s*$")
 HUB_ONLY = re.compile(r" #.*\bfrom the hub\b")
 #: a usage synopsis, not a command: ``[--option ...]`` or alternatives ``bm25|MODEL``
 SYNOPSIS = re.compile(r"\[--|\w\|\w")
+#: a setup line that changes the environment of the commands after it (a shell's ``export``/``unset``)
+ENVIRONMENT = re.compile(r"^(export|unset) [A-Za-z_][\w=' \"/:.;-]*$")
 FENCE = re.compile(r"^```(\w*)\s*$")
 PROGRESS = re.compile(r"\d+%\|| \d+(\.\d+)?(it|s|doc|q|pair|query|window|req)/s\]|\?(it|doc|q)/s\]")
 DURATION = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?: ?)(?:s|ms|min)\b")
@@ -241,7 +244,8 @@ def sandbox() -> Iterator[tuple[Path, dict[str, str]]]:
     shared = (REPO.parent / "shared").resolve()
     if shared.is_dir():
         (tmp / "shared").symlink_to(shared)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("R2MED_", "PYTEST_"))}
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("R2MED_", "PYTEST_")) and not k.lower().endswith("_proxy")}  # (a page sets its own)
     env.update(
         PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}", PYTHONPATH=str(REPO / "src"),
         HF_HUB_OFFLINE="1", HOME=str(home), HF_HOME=os.environ.get("HF_HOME", str(Path.home() / ".cache" / "huggingface")),
@@ -393,6 +397,24 @@ def _wait_for_port(command: str, limit: float = 60.0) -> None:
         time.sleep(0.2)
 
 
+def _set_environment(command: str, env: dict[str, str]) -> None:
+    """Apply a setup line ``export A=1 B=2`` or ``unset A B`` (``;``-separated, each a word list) to ``env``.
+
+    >>> env = {"HF_HUB_OFFLINE": "1"}; _set_environment("unset HF_HUB_OFFLINE; export X=a Y='b c'", env); env
+    {'X': 'a', 'Y': 'b c'}
+    """
+    for part in command.split(";"):
+        words = shlex.split(part)
+        if not words:
+            continue
+        for word in words[1:]:
+            if words[0] == "unset":
+                env.pop(word, None)
+            else:
+                name, _, value = word.partition("=")
+                env[name] = value
+
+
 def run_page(page: Path, *, log: Path | None = None) -> list[Outcome]:
     """Run the page's blocks in order; one Outcome per compared step (``problem`` empty when it matches) and per
     failure."""
@@ -424,6 +446,9 @@ def run_page(page: Path, *, log: Path | None = None) -> list[Outcome]:
                         outcomes.append(Outcome(block, step, problem))
                         continue
                     if NOT_RUN.match(command):
+                        continue
+                    if block.kind == "bash" and ENVIRONMENT.match(command.split(" #", 1)[0].rstrip()):  # the reader's shell keeps it: so do we
+                        _set_environment(command.split(" #", 1)[0], env)
                         continue
                     code = sandboxed(command.split(" #", 1)[0].rstrip(), tmp)
                     if HUB_ONLY.search(command):  # needs the hub: only parsed, as --help would
