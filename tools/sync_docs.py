@@ -12,7 +12,9 @@ temporary directory per page that looks like a checkout (the repository's top-le
 is new for each page) and this checkout's ``src`` first on ``PYTHONPATH``. ``$?`` is the exit code of the command
 before. A line ending in ``&`` starts a server: ``python tools/serve_gemma.py`` and ``python tools/agent_demo_server.py``
 are started once per session (on the port the page names, waiting for the line they print) and shared by every
-page; any other background command is stopped when its page ends. ``pip install``, ``python -m venv``, venv
+page; any other background command is stopped when its page ends (one with ``--port N`` is waited for until the port
+accepts; in a transcript, what it printed by then is compared with the page). A setup line ``export NAME=VALUE`` or ``unset NAME`` changes the
+environment of the page's later commands, as in the reader's shell. ``pip install``, ``python -m venv``, venv
 activation and ``python -m pytest`` lines are not run (the test command would run this test again); a command whose comment says
 ``from the hub`` is only parsed (see Marks). Absolute ``/tmp/`` paths of the commands are moved into the page's
 temporary directory, and shown back as ``/tmp/``.
@@ -25,7 +27,8 @@ compared.
 Marks. An HTML comment on the line before a block changes how it is checked: ``<!-- docs: help -->`` (needs the
 hub, a GPU, an API key or a long run): each ``r2med`` command of the block is only parsed by r2med's own argument
 parser, as ``--help`` would be (every option and choice must exist), nothing runs; ``<!-- docs: skip REASON -->``:
-not checked at all (say why). A ``bash`` block written as a synopsis (``[--option ...]``, ``bm25|MODEL``) is not run.
+not checked at all (say why); ``<!-- docs: file NAME -->``: the block (any language) is a file the reader saves as
+``NAME`` (the page says so): its text is written there, in the page's directory, before the commands after it run. A ``bash`` block written as a synopsis (``[--option ...]``, ``bm25|MODEL``) is not run.
 
 Normalisation (stated, applied to the page and to what was printed before comparing): the temporary directory is
 shown as a checkout would show it (``<tmp>/work/`` -> nothing, ``<tmp>/home`` -> ``~``, the shared data ->
@@ -43,6 +46,7 @@ import re
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -59,11 +63,13 @@ DISPLAY_TMP = "/tmp"
 NOT_RUN = re.compile(r"^(pip3? install|python3? -m venv|\. \.venv/|source \.venv/|(HF_HUB_OFFLINE=1 )?python3? -m pytest)")
 #: the servers shared by every page of a session: started once, on the port the page names
 SHARED_SERVERS = ("python tools/serve_gemma.py", "python tools/agent_demo_server.py")
-MARK = re.compile(r"^<!--\s*docs:\s*(help|skip)\b\s*(.*?)\s*-->\s*$")
+MARK = re.compile(r"^<!--\s*docs:\s*(help|skip|file)\b\s*(.*?)\s*-->\s*$")
 #: a command whose comment says it reads the hub is only parsed (offline it cannot run)
 HUB_ONLY = re.compile(r" #.*\bfrom the hub\b")
 #: a usage synopsis, not a command: ``[--option ...]`` or alternatives ``bm25|MODEL``
 SYNOPSIS = re.compile(r"\[--|\w\|\w")
+#: a setup line that changes the environment of the commands after it (a shell's ``export``/``unset``)
+ENVIRONMENT = re.compile(r"^(export|unset) [A-Za-z_][\w=' \"/:.;-]*$")
 FENCE = re.compile(r"^```(\w*)\s*$")
 PROGRESS = re.compile(r"\d+%\|| \d+(\.\d+)?(it|s|doc|q|pair|query|window|req)/s\]|\?(it|doc|q)/s\]")
 DURATION = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?: ?)(?:s|ms|min)\b")
@@ -92,6 +98,7 @@ class Block:
     start: int  # index of the first line inside the fence
     end: int  # index of the closing fence
     steps: list[Step] = field(default_factory=list)
+    text: str = ""  # a ``file`` block's content
 
     def where(self) -> str:
         return f"{self.page.relative_to(REPO) if self.page.is_relative_to(REPO) else self.page} block {self.number} (line {self.line})"
@@ -136,7 +143,10 @@ def parse(page: Path) -> list[Block]:
         before = next((lines[j] for j in range(i - 1, -1, -1) if lines[j].strip()), "")
         mark = MARK.match(before.strip())
         transcript = kind == "text" and any(line.startswith("$ ") for line in body)
-        if kind == "bash" or transcript:
+        if mark and mark.group(1) == "file":  # the page shows a file the reader saves: it is written, then used
+            blocks.append(Block(page, len(blocks) + 1, i + 1, kind or "text", "file", mark.group(2), i + 1, end,
+                                text="".join(f"{line}\n" for line in body)))
+        elif kind == "bash" or transcript:
             mode, reason = (mark.group(1), mark.group(2)) if mark else ("run", "")
             if kind == "bash" and not mark and any(SYNOPSIS.search(line) for line in body):
                 mode, reason = "skip", "a synopsis"
@@ -234,7 +244,8 @@ def sandbox() -> Iterator[tuple[Path, dict[str, str]]]:
     shared = (REPO.parent / "shared").resolve()
     if shared.is_dir():
         (tmp / "shared").symlink_to(shared)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("R2MED_", "PYTEST_"))}
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("R2MED_", "PYTEST_")) and not k.lower().endswith("_proxy")}  # (a page sets its own)
     env.update(
         PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}", PYTHONPATH=str(REPO / "src"),
         HF_HUB_OFFLINE="1", HOME=str(home), HF_HOME=os.environ.get("HF_HOME", str(Path.home() / ".cache" / "huggingface")),
@@ -329,12 +340,34 @@ class Outcome:
     printed: list[str] | None = None
 
 
+def _substituted(command: str) -> str:
+    """``command`` with each ``$(...)`` (nested parentheses and quotes included) replaced by one word, ``SUBST``, as
+    the shell gives one word for it.
+
+    >>> _substituted('r2med run --retriever $(python -c "print(f(1))") -q')
+    'r2med run --retriever SUBST -q'
+    """
+    out, i = [], 0
+    while i < len(command):
+        if command.startswith("$(", i):
+            depth, j = 1, i + 2
+            while j < len(command) and depth:
+                depth += {"(": 1, ")": -1}.get(command[j], 0)
+                j += 1
+            out.append("SUBST")
+            i = j
+        else:
+            out.append(command[i])
+            i += 1
+    return "".join(out)
+
+
 def parse_only(command: str) -> str:
     """``""`` when every ``r2med`` command of the line parses with r2med's own parser (``--help``'s check), else why."""
     from r2med.cli import build_parser
 
     problems = []
-    for part in re.split(r"&&|\|\||;|\|", command.split(" #", 1)[0]):
+    for part in re.split(r"&&|\|\||;|\|", _substituted(command.split(" #", 1)[0])):
         words = shlex.split(part)
         while words and re.match(r"^\w+=", words[0]):
             words = words[1:]
@@ -348,6 +381,38 @@ def parse_only(command: str) -> str:
                 if exc.code:
                     problems.append(f"`{shlex.join(words)}` does not parse (exit {exc.code})")
     return "; ".join(problems)
+
+
+def _wait_for_port(command: str, limit: float = 60.0) -> None:
+    """A background command with ``--port N`` (a server): wait until 127.0.0.1:N accepts (at most ``limit`` s);
+    any other: a second."""
+    port = re.search(r"--port[ =](\d+)", command)
+    if not port:
+        time.sleep(1)
+        return
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", int(port.group(1))), timeout=1):
+            return
+        time.sleep(0.2)
+
+
+def _set_environment(command: str, env: dict[str, str]) -> None:
+    """Apply a setup line ``export A=1 B=2`` or ``unset A B`` (``;``-separated, each a word list) to ``env``.
+
+    >>> env = {"HF_HUB_OFFLINE": "1"}; _set_environment("unset HF_HUB_OFFLINE; export X=a Y='b c'", env); env
+    {'X': 'a', 'Y': 'b c'}
+    """
+    for part in command.split(";"):
+        words = shlex.split(part)
+        if not words:
+            continue
+        for word in words[1:]:
+            if words[0] == "unset":
+                env.pop(word, None)
+            else:
+                name, _, value = word.partition("=")
+                env[name] = value
 
 
 def run_page(page: Path, *, log: Path | None = None) -> list[Outcome]:
@@ -366,6 +431,13 @@ def run_page(page: Path, *, log: Path | None = None) -> list[Outcome]:
             for block in blocks:
                 if block.mode == "skip":
                     continue
+                if block.mode == "file":
+                    target = work / block.reason
+                    if target.is_symlink():  # a file of the checkout linked in: the page's copy replaces it here only
+                        target.unlink()
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.write_text(block.text, encoding="utf-8")
+                    continue
                 for step in block.steps:
                     command = expand_same(step.command, previous)
                     previous = command
@@ -374,6 +446,9 @@ def run_page(page: Path, *, log: Path | None = None) -> list[Outcome]:
                         outcomes.append(Outcome(block, step, problem))
                         continue
                     if NOT_RUN.match(command):
+                        continue
+                    if block.kind == "bash" and ENVIRONMENT.match(command.split(" #", 1)[0].rstrip()):  # the reader's shell keeps it: so do we
+                        _set_environment(command.split(" #", 1)[0], env)
                         continue
                     code = sandboxed(command.split(" #", 1)[0].rstrip(), tmp)
                     if HUB_ONLY.search(command):  # needs the hub: only parsed, as --help would
@@ -387,10 +462,20 @@ def run_page(page: Path, *, log: Path | None = None) -> list[Outcome]:
                                 outcomes.append(Outcome(block, step, str(exc)))
                                 return outcomes
                         else:
-                            background.append(subprocess.Popen(["bash", "-c", code[:-1]], cwd=work, env=env,
-                                                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                                               start_new_session=True))
-                            time.sleep(1)
+                            said = tmp / f"background-{len(background)}.log"
+                            with said.open("wb") as sink:
+                                background.append(subprocess.Popen(["bash", "-c", code[:-1]], cwd=work, env=env,
+                                                                   stdout=sink, stderr=subprocess.STDOUT,
+                                                                   start_new_session=True))
+                            _wait_for_port(code)
+                            if step.output is not None and step.compare:  # a transcript: what it said once listening
+                                deadline = time.monotonic() + 10
+                                while "\n" not in said.read_text(errors="replace") and time.monotonic() < deadline:
+                                    time.sleep(0.1)
+                                lines = displayed(said.read_text(errors="replace"), tmp)
+                                diff = first_difference(step.output, lines)
+                                outcomes.append(Outcome(block, step, "" if diff is None else (
+                                    f"output line {diff[0]} differs:\n  page: {diff[1]!r}\n  got:  {diff[2]!r}"), lines))
                         continue
                     try:
                         done = subprocess.run(["bash", "-c", f"(exit {last_rc}); {code}"], cwd=work, env=env,
