@@ -1,8 +1,9 @@
 """Analyse a corpus and count its terms on every core.
 
 Each worker process analyses a contiguous slice of the corpus and turns it into provisional term
-ids (``EnglishAnalyzer.term_ids``) and counts them per document (``vocabulary.slice_counts``); the
-parent merges the slices in corpus order (``vocabulary.merge_slice_counts``), which gives the same
+ids (``EnglishAnalyzer.term_ids``, made ready to merge by ``vocabulary.slice_counts``); the parent
+merges the slices in corpus order and counts every token once in its final id
+(``vocabulary.merge_slice_counts``), which gives the same
 vocabulary, ids and counts as one pass in one process. Workers are forked, so they read the
 texts from the parent's memory without copying them; only small arrays and term lists come back.
 Where ``fork`` is not available or not safe (a JVM in the process), or the corpus is small,

@@ -17,8 +17,6 @@ from typing import NamedTuple
 import numpy as np
 import scipy.sparse as sp
 
-from r2med.retrievers.bm25.cores import default_workers, in_threads, row_parts
-
 __all__ = [
     "SliceCounts",
     "count_matrix",
@@ -113,103 +111,94 @@ def merge_provisional(parts: Iterable[tuple[list[str], np.ndarray, np.ndarray]])
 
 
 class SliceCounts(NamedTuple):
-    """Term counts of one contiguous slice of a corpus, over the slice's own provisional term ids.
+    """The provisional term ids of one contiguous slice of a corpus, ready to merge (a worker's answer).
 
     ``terms`` lists the slice's distinct terms in order of first occurrence and ``first_row`` the
-    row (within the slice) each first occurs in; ``indptr``, ``indices`` and ``data`` are the CSR
-    arrays of the counts, with the indices of every row sorted and without repeats.
+    row (within the slice) each first occurs in; ``ids`` is the provisional id (an index into
+    ``terms``) of every token, flat and in order, and ``lengths`` the number of tokens of each row.
+    The tokens are counted once, after the merge, in their final ids (one sort, not one per slice and
+    another after the merge).
     """
 
     terms: list[str]
     first_row: np.ndarray
-    indptr: np.ndarray
-    indices: np.ndarray
-    data: np.ndarray
+    lengths: np.ndarray
+    ids: np.ndarray
 
 
 def slice_counts(terms: list[str], ids: np.ndarray, lengths: np.ndarray) -> SliceCounts:
-    """Count the ``provisional_ids`` of one slice per row (what a worker hands back to the parent).
+    """Prepare the ``provisional_ids`` of one slice for :func:`merge_slice_counts` (what a worker hands back).
 
     >>> part = slice_counts(*provisional_ids([["b", "a", "b"], [], ["c", "a"]]))
-    >>> part.terms, part.first_row.tolist(), part.indptr.tolist(), part.indices.tolist(), part.data.tolist()
-    (['b', 'a', 'c'], [0, 0, 2], [0, 2, 2, 4], [0, 1, 1, 2], [2, 1, 1, 1])
+    >>> part.terms, part.first_row.tolist(), part.lengths.tolist(), part.ids.tolist()
+    (['b', 'a', 'c'], [0, 0, 2], [3, 0, 2], [0, 1, 0, 2, 1])
     """
-    n_rows = len(lengths)
-    indptr = np.zeros(n_rows + 1, dtype=np.int64)
-    np.cumsum(lengths, out=indptr[1:])
+    lengths = np.asarray(lengths, dtype=np.int64)
     if len(terms):
+        indptr = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=indptr[1:])
         running = np.maximum.accumulate(ids)  # provisional id i first occurs where the running max reaches i
         first_pos = np.flatnonzero(np.r_[True, running[1:] > running[:-1]])
         first_row = np.searchsorted(indptr, first_pos, side="right") - 1
     else:
         first_row = np.empty(0, dtype=np.int64)
-    dtype = np.int32 if max(len(terms), int(indptr[-1])) < 2**31 else np.int64
-    counts = sp.csr_matrix(
-        (np.ones(len(ids), dtype=np.int32), ids.astype(dtype), indptr.astype(dtype)), shape=(n_rows, len(terms))
-    )
-    counts.sum_duplicates()  # sorts each row's indices and merges repeats
-    return SliceCounts(list(terms), first_row.astype(np.int64), counts.indptr, counts.indices, counts.data)
+    dtype = np.int32 if len(terms) < 2**31 else np.int64  # half the bytes to send back from a worker
+    return SliceCounts(list(terms), first_row.astype(np.int64), lengths, np.asarray(ids).astype(dtype))
 
 
 def merge_slice_counts(parts: Iterable[SliceCounts], *, workers: int | None = None) -> tuple[list[str], sp.csr_matrix]:
     """Vocabulary (gensim order) and counts of the corpus the consecutive slices ``parts`` make up.
 
     The same result as ``count_matrix`` over the whole corpus: the slices' terms are merged in order
-    of first occurrence, put in gensim's order, and each row's indices sorted again.
+    of first occurrence and put in gensim's order, then every token's final id is counted per row.
+    ``workers`` is accepted for compatibility; the counting is one NumPy sort.
 
-    >>> parts = [slice_counts(*provisional_ids(p)) for p in ([["b", "a"]], [["c", "b", "d"], []])]
+    >>> parts = [slice_counts(*provisional_ids(p)) for p in ([["b", "a"]], [["c", "b", "d", "b"], []])]
     >>> vocab, counts = merge_slice_counts(parts)
     >>> vocab, counts.toarray().tolist()
-    (['a', 'b', 'c', 'd'], [[1, 1, 0, 0], [0, 1, 1, 1], [0, 0, 0, 0]])
+    (['a', 'b', 'c', 'd'], [[1, 1, 0, 0], [0, 2, 1, 1], [0, 0, 0, 0]])
     """
     provisional: defaultdict[str, int] = defaultdict(itertools.count().__next__)
     first_rows: list[np.ndarray] = []
-    remaps, indices, data, row_counts = [], [], [], []
+    remaps, ids, row_counts = [], [], []
     n_rows = 0
     for part in parts:
         known = len(provisional)
         remap = np.fromiter(map(provisional.__getitem__, part.terms), dtype=np.int64, count=len(part.terms))
         first_rows.append(part.first_row[remap >= known] + n_rows)  # the terms new to the corpus
         remaps.append(remap)
-        indices.append(part.indices)
-        data.append(part.data)
-        row_counts.append(np.diff(part.indptr))
-        n_rows += len(part.indptr) - 1
+        ids.append(part.ids)
+        row_counts.append(part.lengths)
+        n_rows += len(part.lengths)
     terms = list(provisional)
     n_terms = len(terms)
     first_row = np.concatenate(first_rows) if first_rows else np.empty(0, dtype=np.int64)
     order = gensim_term_order(terms, first_row)
     final = np.empty(n_terms, dtype=np.int64)
     final[order] = np.arange(n_terms, dtype=np.int64)
-    nnz = sum(len(i) for i in indices)
-    dtype = np.int32 if max(n_terms, nnz) < 2**31 else np.int64
-    all_indices = np.empty(nnz, dtype=dtype)
+    lengths = np.concatenate(row_counts) if row_counts else np.empty(0, dtype=np.int64)
+    n_tokens = int(lengths.sum())
+    # one key per token: row * n_terms + final id; sorted, equal keys are one (row, term) entry
+    key_dtype = np.int32 if n_rows * max(n_terms, 1) < 2**31 else np.int64
+    keys = np.empty(n_tokens, dtype=key_dtype)
     at = 0
-    for remap, idx in zip(remaps, indices):
-        np.take(final[remap].astype(dtype), idx, out=all_indices[at:at + len(idx)])
+    for remap, idx in zip(remaps, ids):
+        np.take(final[remap].astype(key_dtype), idx, out=keys[at:at + len(idx)])
         at += len(idx)
+    keys += np.repeat(np.arange(n_rows, dtype=key_dtype) * key_dtype(n_terms), lengths)
+    keys.sort()
+    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if n_tokens else np.empty(0, dtype=np.int64)
+    unique = keys[starts]
+    values = np.diff(np.r_[starts, n_tokens]).astype(np.int32)
+    dtype = np.int32 if max(n_terms, len(unique)) < 2**31 else np.int64
+    indices = (unique % n_terms).astype(dtype) if n_terms else unique.astype(dtype)
     indptr = np.zeros(n_rows + 1, dtype=dtype)
-    if row_counts:
-        np.cumsum(np.concatenate(row_counts), out=indptr[1:])
-    values = np.concatenate(data).astype(np.int32) if data else np.empty(0, dtype=np.int32)
-    # gensim order differs from first-occurrence order within a row's new terms: sort every row again
-    threads = default_workers() if workers is None else max(1, workers)
-    in_threads(lambda rows: _sort_rows(values, all_indices, indptr, n_terms, rows), row_parts(indptr, threads), threads)
-    counts = sp.csr_matrix((values, all_indices, indptr), shape=(n_rows, n_terms))
+    if len(unique):
+        np.cumsum(np.bincount(unique // n_terms, minlength=n_rows), out=indptr[1:])
+    counts = sp.csr_matrix((values, indices, indptr), shape=(n_rows, n_terms))
     counts.has_sorted_indices = True
+    counts.has_canonical_format = True
     return [terms[i] for i in order.tolist()], counts
-
-
-def _sort_rows(data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, n_cols: int, rows: tuple[int, int]) -> None:
-    """Sort the column indices (with their values) of rows ``rows[0]:rows[1]`` of a CSR matrix, in place."""
-    r0, r1 = rows
-    e0, e1 = int(indptr[r0]), int(indptr[r1])
-    part = sp.csr_matrix((data[e0:e1], indices[e0:e1], indptr[r0:r1 + 1] - e0), shape=(r1 - r0, n_cols), copy=False)
-    part.has_sorted_indices = False
-    part.sort_indices()
-    if not np.shares_memory(part.indices, indices):  # scipy copied the arrays: write the sorted rows back
-        indices[e0:e1] = part.indices
-        data[e0:e1] = part.data
 
 
 def matrix_from_ids(terms: list[str], ids: np.ndarray, lengths: np.ndarray) -> tuple[list[str], sp.csr_matrix]:
