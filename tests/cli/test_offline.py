@@ -236,18 +236,22 @@ def test_a_fresh_process_against_a_closed_endpoint(tmp_path, biology, args):
 
 
 def test_docs_offline_page_shows_real_output(cli, no_network, monkeypatch, tmp_path, isolated_home):
-    """docs/offline.md's session, run as written (the name lookup failing as it did there), prints what it shows."""
+    """docs/offline.md's session, run as written (HTTPS_PROXY a proxy that refuses every connection, as the page
+    sets it), prints what it shows, in this process: the probe's one connection goes to the proxy and is refused."""
     import re
     import shlex
 
     pytest.importorskip("torch")  # the dense and rerank commands in it
     from conftest import REPO
 
-    def lookup_fails(address, *args, **kwargs):
+    def refused(address, *args, **kwargs):
         no_network.append(tuple(address[:2]))
-        raise socket.gaierror(-2, "Name or service not known")
+        raise ConnectionRefusedError(111, "Connection refused")
 
-    monkeypatch.setattr(socket, "create_connection", lookup_fails)
+    monkeypatch.setattr(socket, "create_connection", refused)
+    for name in PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
     monkeypatch.chdir(tmp_path)
     assert cli("datasets", "sample", "r2med-sample", "-q").code == 0
     shutil.copytree(tmp_path / "r2med-sample" / "scifact-sample", tmp_path / "data" / "Biology")
@@ -259,7 +263,7 @@ def test_docs_offline_page_shows_real_output(cli, no_network, monkeypatch, tmp_p
         result = cli(*shlex.split(command, comments=True))
         assert result.code == int(code), (command, result.err)
         printed = result.err if result.code else result.out
-        assert printed == shown.replace("/tmp/offdoc/home", str(isolated_home)), command
+        assert printed == shown.replace("~/.cache/r2med", str(isolated_home)), command
 
 
 def test_a_model_in_the_hf_cache_still_runs_without_network(tmp_path, biology):
