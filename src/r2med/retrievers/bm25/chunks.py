@@ -38,6 +38,9 @@ SEPARATOR_BYTES = bytes([*range(0x21), 0x7F])
 # _LOW_BYTES[n]: the n low bytes of a 64-bit word
 _LOW_BYTES = np.array([(1 << (8 * n)) - 1 for n in range(8)] + [(1 << 64) - 1], dtype=np.uint64)
 _SHORT = 16  # longest chunk (in bytes) keyed by its two words
+# per chunk length n <= 16: the masks of its bytes in the first and in the second word
+_MASK_1 = _LOW_BYTES[np.minimum(np.arange(_SHORT + 1), 8)]
+_MASK_2 = _LOW_BYTES[np.clip(np.arange(_SHORT + 1) - 8, 0, 8)]
 _FIRST_BITS = 16
 _M1 = np.uint64(0x9E3779B97F4A7C15)
 _M2 = np.uint64(0xC2B2AE3D27D4EB4F)
@@ -141,8 +144,8 @@ class ChunkTable:
         """Chunk ids of chunks of at most 16 bytes, adding the new ones."""
         # every byte offset of the buffer read as a little-endian 64-bit word (unaligned, no copy)
         words = np.ndarray(shape=(len(raw) - 8,), dtype="<u8", buffer=buffer, offset=0, strides=(1,))
-        k1 = words[starts] & _LOW_BYTES[np.minimum(lengths, 8)]
-        k2 = words[starts + 8] & _LOW_BYTES[np.clip(lengths - 8, 0, 8)]
+        k1 = words[starts] & _MASK_1.take(lengths)
+        k2 = words[starts + 8] & _MASK_2.take(lengths)
         while True:
             slots = self._insert(k1, k2)
             if slots is not None:
