@@ -2,8 +2,8 @@
 
 Each worker process analyses a contiguous slice of the corpus and turns it into provisional term
 ids (``EnglishAnalyzer.term_ids``, made ready to merge by ``vocabulary.slice_counts``); the parent
-merges the slices in corpus order and counts every token once in its final id
-(``vocabulary.merge_slice_counts``), which gives the same
+merges the slices in corpus order as they arrive, while the workers go on, and counts each slice's tokens
+in their final ids (``vocabulary.merge_slice_counts``), which gives the same
 vocabulary, ids and counts as one pass in one process. Workers are forked, so they read the
 texts from the parent's memory without copying them; only small arrays and term lists come back.
 Where ``fork`` is not available or not safe (a JVM in the process), or the corpus is small,
@@ -26,7 +26,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 
 import scipy.sparse as sp
@@ -131,11 +131,12 @@ def analyze_and_count(
     bounds = [(s, min(s + _SLICE, len(texts))) for s in range(0, len(texts), _SLICE)]
     report = on_progress or (lambda n: None)
     if workers == 1 or len(texts) < MIN_PARALLEL_TEXTS or not fork_is_safe():
-        parts = []
-        for start, stop in bounds:
-            parts.append(slice_counts(*analyzer.term_ids(texts[start:stop])))
-            report(stop - start)
-        return merge_slice_counts(parts, workers=workers)
+        def analysed() -> Iterator[SliceCounts]:
+            for start, stop in bounds:
+                yield slice_counts(*analyzer.term_ids(texts[start:stop]))
+                report(stop - start)
+
+        return merge_slice_counts(analysed(), workers=workers)
     # the first slice here, before forking: the workers inherit an analyzer that already knows its chunks (the
     # most frequent ones), instead of each analysing them again
     start, stop = bounds[0]
@@ -151,10 +152,15 @@ def analyze_and_count(
         # interrupted, racing the pool's manager thread, which then sets BrokenProcessPool on a cancelled future
         # (InvalidStateError printed after "r2med: interrupted")
         futures = [pool.submit(_work, bound) for bound in bounds]
-        try:
+
+        def finished() -> Iterator[SliceCounts]:
+            yield from parts
             for (start, stop), future in zip(bounds, futures):
-                parts.append(future.result())
+                yield future.result()
                 report(stop - start)
+
+        try:  # each slice is counted here as it arrives, while the workers analyse the next ones
+            merged = merge_slice_counts(finished(), workers=workers)
         except BaseException:  # interrupted (KeyboardInterrupt, SIGTERM) or failed: no worker keeps running
             _stop(pool)
             raise
@@ -162,4 +168,4 @@ def analyze_and_count(
     finally:
         _TEXTS, _ANALYZER = (), None
     logger.debug("analysed %d texts in %d slices on %d forked workers", len(texts), len(bounds), workers)
-    return merge_slice_counts(parts, workers=workers)
+    return merged

@@ -149,9 +149,12 @@ def slice_counts(terms: list[str], ids: np.ndarray, lengths: np.ndarray) -> Slic
 def merge_slice_counts(parts: Iterable[SliceCounts], *, workers: int | None = None) -> tuple[list[str], sp.csr_matrix]:
     """Vocabulary (gensim order) and counts of the corpus the consecutive slices ``parts`` make up.
 
-    The same result as ``count_matrix`` over the whole corpus: the slices' terms are merged in order
-    of first occurrence and put in gensim's order, then every token's final id is counted per row.
-    ``workers`` is accepted for compatibility; the counting is one NumPy sort.
+    The same result as ``count_matrix`` over the whole corpus. gensim numbers terms in order of the
+    document they first occur in, so the final ids of a slice's terms are known as soon as the slices
+    before it are merged: each slice is counted as it arrives (``parts`` may be a generator that yields
+    each slice as a worker finishes it), its tokens sorted in their final ids by one NumPy sort of
+    ``row * n_terms + id`` keys, 32-bit where they fit (a slice's rows times the terms so far), so no
+    sort over the whole corpus is left for the end. ``workers`` is accepted for compatibility.
 
     >>> parts = [slice_counts(*provisional_ids(p)) for p in ([["b", "a"]], [["c", "b", "d", "b"], []])]
     >>> vocab, counts = merge_slice_counts(parts)
@@ -159,46 +162,72 @@ def merge_slice_counts(parts: Iterable[SliceCounts], *, workers: int | None = No
     (['a', 'b', 'c', 'd'], [[1, 1, 0, 0], [0, 2, 1, 1], [0, 0, 0, 0]])
     """
     provisional: defaultdict[str, int] = defaultdict(itertools.count().__next__)
-    first_rows: list[np.ndarray] = []
-    remaps, ids, row_counts = [], [], []
+    final_of = np.empty(1024, dtype=np.int64)  # provisional id -> final id
+    vocabulary: list[str] = []  # term strings by final id
+    indices: list[np.ndarray] = []
+    values: list[np.ndarray] = []
+    row_counts: list[np.ndarray] = []
     n_rows = 0
     for part in parts:
         known = len(provisional)
         remap = np.fromiter(map(provisional.__getitem__, part.terms), dtype=np.int64, count=len(part.terms))
-        first_rows.append(part.first_row[remap >= known] + n_rows)  # the terms new to the corpus
-        remaps.append(remap)
-        ids.append(part.ids)
-        row_counts.append(part.lengths)
-        n_rows += len(part.lengths)
-    terms = list(provisional)
-    n_terms = len(terms)
-    first_row = np.concatenate(first_rows) if first_rows else np.empty(0, dtype=np.int64)
-    order = gensim_term_order(terms, first_row)
-    final = np.empty(n_terms, dtype=np.int64)
-    final[order] = np.arange(n_terms, dtype=np.int64)
-    lengths = np.concatenate(row_counts) if row_counts else np.empty(0, dtype=np.int64)
-    n_tokens = int(lengths.sum())
-    # one key per token: row * n_terms + final id; sorted, equal keys are one (row, term) entry
-    key_dtype = np.int32 if n_rows * max(n_terms, 1) < 2**31 else np.int64
-    keys = np.empty(n_tokens, dtype=key_dtype)
-    at = 0
-    for remap, idx in zip(remaps, ids):
-        np.take(final[remap].astype(key_dtype), idx, out=keys[at:at + len(idx)])
-        at += len(idx)
-    keys += np.repeat(np.arange(n_rows, dtype=key_dtype) * key_dtype(n_terms), lengths)
-    keys.sort()
-    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if n_tokens else np.empty(0, dtype=np.int64)
-    unique = keys[starts]
-    values = np.diff(np.r_[starts, n_tokens]).astype(np.int32)
-    dtype = np.int32 if max(n_terms, len(unique)) < 2**31 else np.int64
-    indices = (unique % n_terms).astype(dtype) if n_terms else unique.astype(dtype)
+        new = np.flatnonzero(remap >= known)  # the terms new to the corpus, in order of first occurrence
+        if len(new):
+            new_terms = [part.terms[i] for i in new.tolist()]
+            order = gensim_term_order(new_terms, part.first_row[new])
+            final_of = _fit(final_of, len(provisional))
+            final_of[remap[new[order]]] = np.arange(len(vocabulary), len(vocabulary) + len(new), dtype=np.int64)
+            vocabulary.extend(new_terms[i] for i in order.tolist())
+        rows = len(part.lengths)
+        columns, counts, per_row = _count_slice(final_of[remap], part.ids, part.lengths, len(vocabulary))
+        indices.append(columns)
+        values.append(counts)
+        row_counts.append(per_row)
+        n_rows += rows
+    n_terms = len(vocabulary)
+    nnz = sum(len(c) for c in indices)
+    dtype = np.int32 if max(n_terms, nnz) < 2**31 else np.int64
     indptr = np.zeros(n_rows + 1, dtype=dtype)
-    if len(unique):
-        np.cumsum(np.bincount(unique // n_terms, minlength=n_rows), out=indptr[1:])
-    counts = sp.csr_matrix((values, indices, indptr), shape=(n_rows, n_terms))
+    if row_counts:
+        np.cumsum(np.concatenate(row_counts), out=indptr[1:])
+    counts = sp.csr_matrix(
+        (np.concatenate(values) if values else np.empty(0, dtype=np.int32),
+         np.concatenate(indices).astype(dtype, copy=False) if indices else np.empty(0, dtype=dtype), indptr),
+        shape=(n_rows, n_terms),
+    )
     counts.has_sorted_indices = True
     counts.has_canonical_format = True
-    return [terms[i] for i in order.tolist()], counts
+    return vocabulary, counts
+
+
+def _count_slice(final: np.ndarray, ids: np.ndarray, lengths: np.ndarray, n_terms: int) -> tuple[np.ndarray, ...]:
+    """One slice's (term id, count) entries, row by row with increasing term ids, and the entries of each row.
+
+    ``final`` maps the slice's provisional ids (``ids``, flat; ``lengths`` tokens per row) to final ids below
+    ``n_terms``.
+    """
+    rows = len(lengths)
+    n_tokens = len(ids)
+    if n_tokens == 0:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int32), np.zeros(rows, dtype=np.int64)
+    key_dtype = np.int32 if rows * n_terms < 2**31 else np.int64
+    keys = final.astype(key_dtype).take(ids)
+    keys += np.repeat(np.arange(rows, dtype=key_dtype) * key_dtype(n_terms), lengths)
+    keys.sort()
+    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+    unique = keys[starts]
+    counts = np.diff(np.r_[starts, n_tokens]).astype(np.int32)
+    per_row = np.bincount(unique // key_dtype(n_terms), minlength=rows)
+    return unique % key_dtype(n_terms), counts, per_row
+
+
+def _fit(array: np.ndarray, size: int) -> np.ndarray:
+    """``array``, grown (at least doubled) to hold ``size`` items."""
+    if size <= len(array):
+        return array
+    grown = np.empty(max(size, 2 * len(array)), dtype=array.dtype)
+    grown[:len(array)] = array
+    return grown
 
 
 def matrix_from_ids(terms: list[str], ids: np.ndarray, lengths: np.ndarray) -> tuple[list[str], sp.csr_matrix]:
