@@ -63,9 +63,32 @@ def test_what_msgspec_refuses_is_read_line_by_line(tmp_path, monkeypatch, extra)
     assert fast == slow
 
 
-def test_invalid_utf8_is_read_line_by_line(tmp_path, monkeypatch):
+INVALID_UTF8 = {  # msgspec reads the bytes of each line: every form bytes.decode("utf-8") refuses must step aside
+    "stray byte": b'{"id": "u", "text": "\xff"}\n',
+    "overlong NUL": b'{"id": "u", "text": "a\xc0\x80b"}\n',
+    "overlong slash": b'{"id": "u", "text": "a\xe0\x80\xafb"}\n',
+    "encoded surrogate": b'{"id": "u", "text": "a\xed\xa0\x80b"}\n',
+    "past U+10FFFF": b'{"id": "u", "text": "a\xf4\x90\x80\x80b"}\n',
+    "cut sequence": b'{"id": "u", "text": "a\xe2\x82"}\n',
+    "lone continuation byte": b'{"id": "u", "text": "\x80"}\n',
+    "in a key": b'{"id": "u", "te\xffxt": "x", "text": "y"}\n',
+    "outside a string": b'{"id": "u", "text": "x"}\xa0\n',
+}
+
+
+@pytest.mark.parametrize("line", list(INVALID_UTF8.values()), ids=list(INVALID_UTF8))
+def test_invalid_utf8_is_read_line_by_line(tmp_path, monkeypatch, line):
     path = tmp_path / "corpus.jsonl"
-    path.write_bytes(ROWS.encode() + b'{"id": "u", "text": "\xff"}\n')
+    path.write_bytes(ROWS.encode() + line)
     assert readers._fast_jsonl_rows(HashingLines(path, Problems())) is None
     fast, slow = read_both(path, monkeypatch)
     assert fast == slow and any(":6: not valid UTF-8" in e for e in fast[2])
+
+
+def test_a_bom_past_the_first_line_is_read_line_by_line(tmp_path, monkeypatch):
+    """Only the file's first bytes may be a BOM (json refuses U+FEFF before a later line's object)."""
+    path = tmp_path / "corpus.jsonl"
+    path.write_bytes(ROWS.encode() + b'\xef\xbb\xbf{"id": "u", "text": "x"}\n')
+    assert readers._fast_jsonl_rows(HashingLines(path, Problems())) is None
+    fast, slow = read_both(path, monkeypatch)
+    assert fast == slow and any(":6:" in e for e in fast[2])

@@ -128,10 +128,18 @@ def read_corpus(lines: HashingLines) -> tuple[list[str], list[str]]:
     repeats: dict[str, list[int]] = {}
     name, problems = str(lines.path), lines.problems
     for number, row in jsonl_rows(lines):
-        did = _row_id(row, path=name, line=number, problems=problems)
-        text = _text(row, path=name, line=number, problems=problems, what="document")
-        if did is None or text is None:
-            continue
+        did, text, title = row.get("id"), row.get("text"), row.get("title")
+        # the common row, checked inline (a string id that passes the id rule, a string text that is not blank, no
+        # title or a string one); any other row goes through the checks that word the problems
+        if (type(did) is str and type(text) is str and did and did.isprintable() and " " not in did
+                and (title is None or type(title) is str) and text.strip()):
+            if title is not None and title.strip():
+                text = f"{title} {text}"
+        else:
+            did = _row_id(row, path=name, line=number, problems=problems)
+            text = _text(row, path=name, line=number, problems=problems, what="document")
+            if did is None or text is None:
+                continue
         if did in first_line:
             repeats.setdefault(did, []).append(number)
         else:

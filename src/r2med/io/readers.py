@@ -157,8 +157,8 @@ def _flat_row_decoder() -> Any:
 def _fast_jsonl_rows(lines: HashingLines) -> list[dict[str, Any]] | None:
     """Every row of a JSONL file, read whole and decoded by msgspec, or None where that might differ from ``iter_jsonl``.
 
-    Taken only when the whole file is valid UTF-8 and msgspec reads every line (split on ``\\n``, as the line
-    reader splits) as one flat JSON object (string, number, true, false or null values). msgspec reads such a
+    Taken only when msgspec reads every line (its bytes, split on ``\\n`` as the line reader splits; msgspec
+    refuses bytes that are not UTF-8, as ``bytes.decode`` does) as one flat JSON object (string, number, true, false or null values). msgspec reads such a
     line as ``json.loads`` does (the last of duplicate keys, big integers exact, correctly rounded floats, JSON
     white space around it); whatever it refuses (a blank line, NaN, a lone surrogate, an out-of-range number, a
     nested value, a malformed line, a line that is not an object) sends the whole file to the line-by-line
@@ -175,10 +175,12 @@ def _fast_jsonl_rows(lines: HashingLines) -> list[dict[str, Any]] | None:
     hashing = threading.Thread(target=digest.update, args=(raw,), name="r2med-sha256")  # hashlib lets go of the GIL
     hashing.start()
     try:
-        texts = raw.decode("utf-8").removeprefix("\ufeff").split("\n")
-        if texts[-1] == "":
-            texts.pop()  # after the final line break
-        rows = list(map(_flat_row_decoder(), texts))
+        # msgspec reads each line's bytes and refuses what is not UTF-8 (strictly, as bytes.decode: overlong forms,
+        # surrogates, cut sequences), so decoding the whole file first would only copy it
+        lines_ = raw.removeprefix(b"\xef\xbb\xbf").split(b"\n")
+        if lines_[-1] == b"":
+            lines_.pop()  # after the final line break
+        rows = list(map(_flat_row_decoder(), lines_))
     except Exception:  # noqa: BLE001 - any refusal (invalid UTF-8 too): the line reader decides, and words the errors
         return None
     finally:
