@@ -105,7 +105,9 @@ class ChunkTable:
         # a leading separator, and separators after the end for the 16-byte reads
         buffer = b"\n" + data + b"\0" * (_SHORT + 8)
         raw = np.frombuffer(buffer, dtype=np.uint8)
-        sep = (raw <= 0x20) | (raw == 0x7F)  # SEPARATOR_BYTES
+        sep = raw <= 0x20  # SEPARATOR_BYTES: these and DEL, which is rare (memchr finds whether it is there)
+        if buffer.find(b"\x7f") >= 0:
+            sep |= raw == 0x7F
         # the buffer starts and ends with separators, so its changes alternate: chunk start, chunk end, ...
         changes = np.flatnonzero(sep[1:] != sep[:-1]) + 1
         del sep
@@ -216,16 +218,16 @@ class ChunkTable:
     def _long_chunks(self, buffer: bytes, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
         """Chunk ids of chunks longer than 16 bytes, through a dict of their bytes."""
         known = self._long
+        keys = [buffer[s:e] for s, e in zip(starts.tolist(), ends.tolist())]
+        found = list(map(known.get, keys))  # the lookups in C; None for a chunk not seen before
+        if None not in found:
+            return np.array(found, dtype=np.int64)
         out = np.empty(len(starts), dtype=np.int64)
         new: dict[bytes, int] = {}  # new chunk -> -1 - its position in the batch's new chunks
-        for i, (s, e) in enumerate(zip(starts.tolist(), ends.tolist())):
-            key = buffer[s:e]
-            found = known.get(key)
-            if found is None:
-                found = new.get(key)
-                if found is None:
-                    found = new[key] = -1 - len(new)
-            out[i] = found
+        for i, key in enumerate(keys):
+            if found[i] is None:
+                found[i] = new.setdefault(key, -1 - len(new))
+        out[:] = found
         if new:
             ids = self._add_chunks([key.decode("utf-8", "surrogatepass") for key in new])
             known.update(zip(new, ids.tolist()))
