@@ -482,3 +482,22 @@ def test_without_the_serve_extra_exit_3_naming_it(searcher, monkeypatch):
     with pytest.raises(MissingExtraError, match=r'pip install "r2med\[serve\]"') as info:
         RetrievalServer(searcher, port=0)
     assert info.value.exit_code == 3
+
+
+def test_a_signal_asyncio_swallowed_is_still_an_interrupt(searcher, monkeypatch):
+    """uvicorn re-raises a caught SIGINT, which asyncio.run's own handler turns into a cancellation of its main task;
+    a task that ends before it sees it makes asyncio.run return normally (CI saw `r2med serve` exit 0 without its
+    'stopped serving' line). serve_forever still raises KeyboardInterrupt when uvicorn caught a signal, and returns
+    when it did not (stop() from another thread)."""
+
+    def served(captured):
+        def run(self, server):
+            server._captured_signals = list(captured)  # what uvicorn records in its signal handler
+
+        return run
+
+    monkeypatch.setattr(RetrievalServer, "_run", served([signal.SIGINT]))
+    with pytest.raises(KeyboardInterrupt):
+        RetrievalServer(searcher, port=0).serve_forever()
+    monkeypatch.setattr(RetrievalServer, "_run", served([]))
+    RetrievalServer(searcher, port=0).serve_forever()  # returns: stopped, not interrupted

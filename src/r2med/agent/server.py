@@ -404,6 +404,10 @@ class RetrievalServer:
             self._run(server)  # uvicorn re-raises the SIGINT / SIGTERM it caught once it has shut down
         finally:
             self._close()
+        # ... but a re-raised SIGINT reaches asyncio.run's own handler, which only cancels the main task: when the task
+        # ends before it sees the cancellation, asyncio.run returns as if stop() had been called. Say it was an interrupt.
+        if getattr(server, "_captured_signals", None):
+            raise KeyboardInterrupt
 
     def stop(self, grace: float = SHUTDOWN_GRACE) -> None:
         """Stop accepting connections, give requests in progress ``grace`` seconds, close. Safe to call twice."""

@@ -102,8 +102,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         server.serve_forever()
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the way a server is meant to stop
-        if not args.quiet:
-            print("r2med: stopped serving", file=sys.stderr)
+        pass
+    if not args.quiet:  # nothing else stops it here: no other thread calls stop()
+        print("r2med: stopped serving", file=sys.stderr)
     return 0
 
 
