@@ -92,3 +92,34 @@ def test_a_bom_past_the_first_line_is_read_line_by_line(tmp_path, monkeypatch):
     assert readers._fast_jsonl_rows(HashingLines(path, Problems())) is None
     fast, slow = read_both(path, monkeypatch)
     assert fast == slow and any(":6:" in e for e in fast[2])
+
+
+ONE_CALL = {  # files msgspec's decode_lines reads in one call: one flat object a line, nothing between lines
+    "final line break": (b'{"id": "a", "text": "x"}\n{"id": "b", "text": "}{ braces"}\n', True),
+    "no final line break": (b'{"id": "a", "text": "x"}\n{"id": "b", "text": "y"}', True),
+    "one line": (b'{"id": "a", "text": "x"}', True),
+    # decode_lines would take these, but not as one row a line: decoded a line at a time
+    "two objects on a line": (b'{"id": "a", "text": "x"} {"id": "b", "text": "y"}\n', False),
+    "two on a line, then a blank line": (b'{"id": "a", "text": "x"}{"id": "b", "text": "y"}\n\n', False),
+    "an object across lines": (b'{"id": "a",\n"text": "x"}\n{"id": "b", "text": "y"}\n', False),
+    "across lines, then two on a line": (b'{"id": "a",\n"text": "x"}\n{"id": "b", "text": "y"}{"id": "c"}\n', False),
+    "blank line last": (b'{"id": "a", "text": "x"}\n\n', False),
+    "CRLF": (b'{"id": "a", "text": "x"}\r\n{"id": "b", "text": "y"}\r\n', False),
+    "white space after a line": (b'{"id": "a", "text": "x"} \n{"id": "b", "text": "y"}\n', False),
+}
+
+
+@pytest.mark.parametrize(("raw", "one_call"), list(ONE_CALL.values()), ids=list(ONE_CALL))
+def test_one_call_only_where_every_line_is_one_object(tmp_path, monkeypatch, raw, one_call):
+    decoder = readers._flat_row_decoder()
+    per_line = []  # lines decoded one at a time
+    monkeypatch.setattr(readers, "_FLAT_ROW", type("Spy", (), {
+        "decode": staticmethod(lambda line: per_line.append(line) or decoder.decode(line)),
+        "decode_lines": staticmethod(decoder.decode_lines)})())
+    path = tmp_path / "corpus.jsonl"
+    path.write_bytes(raw)
+    fast, slow = read_both(path, monkeypatch)
+    assert fast == slow  # the same rows, errors and warnings as the line reader
+    assert (not per_line) == one_call
+    if one_call:
+        assert fast[0] == (["a", "b"][: raw.count(b"{")], ["x", "}{ braces" if b"braces" in raw else "y"][: raw.count(b"{")])

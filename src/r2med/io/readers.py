@@ -150,8 +150,36 @@ def _flat_row_decoder() -> Any:
     if _FLAT_ROW is None:
         import msgspec
 
-        _FLAT_ROW = msgspec.json.Decoder(dict[str, str | int | float | bool | None]).decode
+        _FLAT_ROW = msgspec.json.Decoder(dict[str, str | int | float | bool | None])
     return _FLAT_ROW
+
+
+def _flat_rows(body: bytes) -> list[dict[str, Any]]:
+    """The flat JSON object on each line of ``body`` (split on ``\\n``, no final empty line); raises what msgspec
+    raises for a line it refuses. msgspec reads each line's bytes and refuses what is not UTF-8 (strictly, as
+    ``bytes.decode``: overlong forms, surrogates, cut sequences), so decoding the whole file first would only copy it.
+
+    The common file (every line one object, ``{`` first and ``}`` last, no blank line, no white space between lines)
+    is decoded in one call, msgspec's ``decode_lines``, ~3x faster than a call a line; ``decode_lines`` is more
+    lenient than a line at a time (it skips blank lines, takes two values on a line or one across lines), so it is
+    used only where that cannot show: every line break of the file lies between a ``}`` and a ``{`` (outside every
+    value then: a JSON string holds no raw line break, and no object or array goes on after a ``}`` with a ``{``
+    without a comma), so the lines are the values, and it yields one row a line (not two on one).
+    Anything else is decoded line by line.
+
+    >>> _flat_rows(b'{"a": 1}\\n{"b": "x"}\\n'), _flat_rows(b'{"a": 1}\\r\\n {"b": null}')
+    ([{'a': 1}, {'b': 'x'}], [{'a': 1}, {'b': None}])
+    """
+    decoder = _flat_row_decoder()
+    n_lines = body.count(b"\n") + (0 if body.endswith(b"\n") or not body else 1)
+    if body[:1] == b"{" and body.endswith((b"}", b"}\n")) and body.count(b"}\n{") == n_lines - 1:
+        rows = decoder.decode_lines(body)
+        if len(rows) == n_lines:
+            return rows
+    lines = body.split(b"\n")
+    if lines[-1] == b"":
+        lines.pop()  # after the final line break
+    return list(map(decoder.decode, lines))
 
 
 def _fast_jsonl_rows(lines: HashingLines) -> list[dict[str, Any]] | None:
@@ -175,12 +203,7 @@ def _fast_jsonl_rows(lines: HashingLines) -> list[dict[str, Any]] | None:
     hashing = threading.Thread(target=digest.update, args=(raw,), name="r2med-sha256")  # hashlib lets go of the GIL
     hashing.start()
     try:
-        # msgspec reads each line's bytes and refuses what is not UTF-8 (strictly, as bytes.decode: overlong forms,
-        # surrogates, cut sequences), so decoding the whole file first would only copy it
-        lines_ = raw.removeprefix(b"\xef\xbb\xbf").split(b"\n")
-        if lines_[-1] == b"":
-            lines_.pop()  # after the final line break
-        rows = list(map(_flat_row_decoder(), lines_))
+        rows = _flat_rows(raw.removeprefix(b"\xef\xbb\xbf"))
     except Exception:  # noqa: BLE001 - any refusal (invalid UTF-8 too): the line reader decides, and words the errors
         return None
     finally:
