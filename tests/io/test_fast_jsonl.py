@@ -122,4 +122,5 @@ def test_one_call_only_where_every_line_is_one_object(tmp_path, monkeypatch, raw
     assert fast == slow  # the same rows, errors and warnings as the line reader
     assert (not per_line) == one_call
     if one_call:
-        assert fast[0] == (["a", "b"][: raw.count(b"{")], ["x", "}{ braces" if b"braces" in raw else "y"][: raw.count(b"{")])
+        n = raw.count(b"{")
+        assert fast[0] == (["a", "b"][:n], ["x", "}{ braces" if b"braces" in raw else "y"][:n])

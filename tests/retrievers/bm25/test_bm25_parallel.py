@@ -23,7 +23,9 @@ def test_parallel_counts_equal_serial_counts(monkeypatch):
     assert (p_counts.indptr == counts.indptr).all()
     assert (p_counts.indices == counts.indices).all()
     assert np.array_equal(p_counts.data, counts.data)
-    assert sum(seen) == len(texts) and len(seen) == -(-len(texts) // 700)
+    # the first two slices analysed as one before forking, then a slice at a time
+    assert seen[0] == 1400 and set(seen[1:-1]) == {700} and sum(seen) == len(texts) == 5183
+    assert len(seen) == 1 + -(-(5183 - 1400) // 700)
     # and in one process through the same slicing
     s_vocab, s_counts = parallel.analyze_and_count(texts, EnglishAnalyzer(), workers=1)
     assert s_vocab == vocab and (s_counts != counts).nnz == 0

@@ -41,6 +41,11 @@ logger = logging.getLogger(__name__)
 #: below this many texts the pool's start-up costs more than it saves
 MIN_PARALLEL_TEXTS = 20_000
 _SLICE = 4_000
+#: slices of texts analysed here, as one, before the workers are forked. Two, not one: on the synthetic corpus
+#: (61,379 texts, 2 workers) the workers then analyse fewer chunks that both of them meet for the first time;
+#: analysis 1.52 -> 1.45 s wall, 2.49 -> 2.22 s CPU (one run each of 4,000, 8,000, 12,000 and 16,000 texts;
+#: more costs wall time again)
+_PRIME_SLICES = 2
 
 # set in the parent just before forking; read by the workers
 _TEXTS: Sequence[str] = ()
@@ -137,12 +142,12 @@ def analyze_and_count(
                 report(stop - start)
 
         return merge_slice_counts(analysed(), workers=workers)
-    # the first slice here, before forking: the workers inherit an analyzer that already knows its chunks (the
-    # most frequent ones), instead of each analysing them again
-    start, stop = bounds[0]
+    # the first _PRIME_SLICES slices here, before forking: the workers inherit an analyzer that already knows
+    # their chunks (the most frequent ones), instead of each analysing them again
+    start, stop = 0, min(_PRIME_SLICES * _SLICE, len(texts))
     parts = [slice_counts(*analyzer.term_ids(texts[start:stop]))]
     report(stop - start)
-    bounds = bounds[1:]
+    bounds = [(s, min(s + _SLICE, len(texts))) for s in range(stop, len(texts), _SLICE)]
     _TEXTS, _ANALYZER = texts, analyzer
     try:
         # a dead worker raises BrokenProcessPool here instead of hanging, as multiprocessing.Pool would
