@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from r2med.retrievers.bm25 import sparse
+from r2med.retrievers.bm25 import index as index_module
 from r2med.retrievers.bm25.index import BM25Index
 from r2med.retrievers.bm25.sparse import CsrMatrix, choose_kernel, numpy_product, product
 
@@ -71,6 +71,8 @@ def test_empty_matrices_and_blocks():
         product(one, np.ones((2, 1), np.float32), kernel="torch")
     with pytest.raises(ValueError, match="not a CSR matrix of shape"):
         CsrMatrix(np.ones(2), np.array([0, 1]), np.array([0, 1]), (2, 2))
+    with pytest.raises(ValueError, match="not a CSR matrix of shape"):
+        CsrMatrix(np.ones(2), np.array([0, 1]), np.array([1, 2, 2]), (2, 2))  # the first row does not start at 0
 
 
 def test_matrix_helpers_equal_scipys():
@@ -89,13 +91,37 @@ def test_matrix_helpers_equal_scipys():
     assert CsrMatrix.from_scipy_like(reference).toarray().tolist() == reference.toarray().tolist()
 
 
+def rows_of(lengths):
+    """A float32 matrix whose rows have ``lengths`` entries (columns 0, 1, ...)."""
+    indptr = np.zeros(len(lengths) + 1, dtype=np.int32)
+    np.cumsum(lengths, out=indptr[1:])
+    indices = np.concatenate([np.arange(n) for n in lengths]).astype(np.int32)
+    return CsrMatrix(np.ones(len(indices), np.float32), indices, indptr, (len(lengths), max(lengths)))
+
+
 def test_the_kernel_is_numpy_only_for_small_products_without_scipy(monkeypatch):
     monkeypatch.delitem(sys.modules, "scipy.sparse")
-    assert choose_kernel(1000, 50) == "numpy"
-    assert choose_kernel(sparse.NUMPY_MAX_CELLS, 1) == "numpy"
-    assert choose_kernel(sparse.NUMPY_MAX_CELLS, 2) == "scipy"
+    abstracts = rows_of([100] * 500)  # the quick start's size: 50,000 entries
+    assert choose_kernel(abstracts, 50) == "numpy"
+    assert choose_kernel(abstracts, 1000) == "scipy"  # NumPy would take longer than SciPy's import
+    # one long row costs NumPy a pass per entry, however few the cells
+    assert choose_kernel(rows_of([100] * 20 + [20_000]), 1) == "scipy"
+    assert choose_kernel(rows_of([100] * 20 + [2_000]), 1) == "numpy"
+    empty = CsrMatrix(np.empty(0, np.float32), np.empty(0, np.int32), np.zeros(1, np.int32), (0, 3))
+    assert choose_kernel(empty, 10) == "numpy"
     monkeypatch.undo()
-    assert choose_kernel(1000, 50) == "scipy"  # loaded already: its kernel is the faster one
+    assert choose_kernel(abstracts, 50) == "scipy"  # loaded already: its kernel is the faster one
+
+
+def test_one_search_makes_one_choice_for_all_its_chunks(monkeypatch):
+    index = BM25Index.build([["a", "b"], ["b", "c"], ["c"]] * 10)
+    chosen, used = [], []
+    monkeypatch.setattr(index_module, "choose_kernel", lambda matrix, columns: chosen.append(columns) or "numpy")
+    monkeypatch.setattr(index_module, "product", lambda matrix, block, kernel: used.append(kernel) or
+                        product(matrix, block, kernel=kernel))
+    monkeypatch.setattr(index_module, "_MAX_BLOCK_CELLS", 2 * 30)  # 2 queries a chunk
+    index.search([["a"], ["b"], ["c"], ["a", "c"], ["b"]], k=3)
+    assert chosen == [5] and used == ["numpy"] * 3  # the kernel for all 5 queries, used by each of the 3 chunks
 
 
 def test_an_index_takes_a_scipy_matrix_as_before():
@@ -105,6 +131,8 @@ def test_an_index_takes_a_scipy_matrix_as_before():
     built = BM25Index.build([["a", "b", "b"], ["c", "c", "c"], ["a"]], doc_ids=["x", "y", "z"])
     assert index.counts is counts and index.doc_lengths.tolist() == [3, 3, 1]
     assert index.search_run(["q"], [["b", "a"]]) == built.search_run(["q"], [["b", "a"]])
+    with pytest.raises(TypeError, match="expected a CSR matrix, got a 'csc' one"):  # its arrays mean the transpose
+        BM25Index(params=index.params, vocabulary=["a", "b", "c"], counts=counts.tocsc())
 
 
 _SMALL_RUN = r"""
@@ -126,7 +154,8 @@ print(json.dumps({"scipy": sorted(m for m in sys.modules if m == "scipy" or m.st
 def test_a_small_collection_is_scored_without_scipy_and_the_same_bits(variant, monkeypatch):
     from r2med.retrievers.bm25.analyzer import EnglishAnalyzer
 
-    texts = [f"Patients with fever {i % 7} received {i % 3} doses of aspirin; fever fell in {i} cases." for i in range(60)]
+    texts = [f"Patients with fever {i % 7} received {i % 3} doses of aspirin; fever fell in {i} cases."
+             for i in range(60)]
     texts += ["", "the of and", "Statins lower cholesterol and cholesterol lowers risk"]
     queries = ["fever aspirin aspirin aspirin", "cholesterol statins", "unknown words only", ""]
     done = subprocess.run([sys.executable, "-c", _SMALL_RUN, json.dumps([texts, queries, variant])],
@@ -134,7 +163,7 @@ def test_a_small_collection_is_scored_without_scipy_and_the_same_bits(variant, m
     fresh = json.loads(done.stdout)
     assert fresh["scipy"] == []
     analyzer = EnglishAnalyzer()
-    monkeypatch.setattr(sparse, "choose_kernel", lambda nnz, columns: "scipy")
+    monkeypatch.setattr(index_module, "choose_kernel", lambda matrix, columns: "scipy")
     index = BM25Index.build(analyzer.analyze_many(texts), variant=variant)
     scores = index.score_all(analyzer.analyze_many(queries))
     assert scores[0].max() > 0 and scores[2].max() == 0

@@ -59,7 +59,6 @@ from r2med.retrievers.bm25.ranking import (
     collapse_official,
     top_k,
 )
-from r2med.retrievers.bm25.sparse import CsrMatrix, product
 from r2med.retrievers.bm25.scoring import (
     gensim_idf,
     gensim_length_norm,
@@ -69,6 +68,7 @@ from r2med.retrievers.bm25.scoring import (
     lucene_norm_inverse,
     lucene_term_scores,
 )
+from r2med.retrievers.bm25.sparse import CsrMatrix, choose_kernel, product
 from r2med.retrievers.bm25.vocabulary import count_matrix, query_term_counts
 
 __all__ = ["VARIANTS", "BM25Index", "BM25Params", "Hits"]
@@ -261,7 +261,8 @@ class BM25Index:
         bounded chunks instead.
         """
         q, t, c, known = query_term_counts(query_token_lists, self.token2id)
-        return self._score_block(q, t, c, known, len(query_token_lists))[0]
+        n_queries = len(query_token_lists)
+        return self._score_block(q, t, c, known, n_queries, self._kernel(n_queries))[0]
 
     def search(self, query_token_lists: Sequence[Sequence[str]], *, k: int = 100) -> list[Hits]:
         """The top k corpus rows of every query, best first, with their raw float32 scores.
@@ -284,11 +285,14 @@ class BM25Index:
         bounds = np.searchsorted(q, np.arange(0, n_queries + chunk, chunk))
         if self.params.variant == "lucene" and self._x_by_term is None and ((c & (c - 1)) != 0).any():
             self._x_by_term = self._x.by_column()  # for boosts that are no power of two, before the threads share it
+        kernel = self._kernel(n_queries)  # one choice for all the chunks (the same sums either way)
 
         def block(i: int) -> list[Hits]:
             start, stop = i * chunk, min((i + 1) * chunk, n_queries)
             lo, hi = bounds[i], bounds[i + 1]
-            scores, matched = self._score_block(q[lo:hi] - start, t[lo:hi], c[lo:hi], known[start:stop], stop - start)
+            scores, matched = self._score_block(
+                q[lo:hi] - start, t[lo:hi], c[lo:hi], known[start:stop], stop - start, kernel
+            )
             return self._rank(scores, matched, k)
 
         # every (document, query) score is summed the same way on any thread: the result does not depend on it
@@ -318,8 +322,12 @@ class BM25Index:
             run[str(qid)] = dict(zip((names[r] for r in h.rows.tolist()), scores.tolist()))
         return run
 
+    def _kernel(self, n_queries: int) -> str:
+        """The kernel of the products that score ``n_queries`` queries (:func:`.sparse.choose_kernel`)."""
+        return choose_kernel(self._weights if self.params.variant == "r2med" else self._unit, n_queries)
+
     def _score_block(
-        self, q: np.ndarray, t: np.ndarray, c: np.ndarray, known: np.ndarray, n_queries: int
+        self, q: np.ndarray, t: np.ndarray, c: np.ndarray, known: np.ndarray, n_queries: int, kernel: str
     ) -> tuple[np.ndarray, np.ndarray | None]:
         """Scores (n_queries x n_docs, float32) of one chunk; for Lucene also the matched mask.
 
@@ -336,13 +344,13 @@ class BM25Index:
             norm = gensim_length_norm(known[q], k1=p.k1, b=p.b, avgdl=self.avgdl)
             query = np.zeros((n_vocab, n_queries), dtype=np.float32)
             query[t, q] = gensim_weights(c, norm, self.idf[t])
-            return np.ascontiguousarray(product(self._weights, query).T), None  # float32 sums
+            return np.ascontiguousarray(product(self._weights, query, kernel=kernel).T), None  # float32 sums
         # Lucene: boost = query term count; boosts that are powers of two scale the unit
         # term scores exactly, the others are computed term by term.
         pow2 = (c & (c - 1)) == 0
         query = np.zeros((n_vocab, n_queries), dtype=np.float64)
         query[t[pow2], q[pow2]] = c[pow2]
-        scores = np.ascontiguousarray(product(self._unit, query).T)  # float64 sums, as Lucene's
+        scores = np.ascontiguousarray(product(self._unit, query, kernel=kernel).T)  # float64 sums, as Lucene's
         if not pow2.all():
             if self._x_by_term is None:
                 self._x_by_term = self._x.by_column()

@@ -6,9 +6,10 @@ Importing ``scipy.sparse`` costs 0.1-0.2 s (SciPy's array-API layer imports ``nu
 start's whole run is 0.5 s. So an index keeps its matrices as plain arrays (:class:`CsrMatrix`) and
 :func:`product` chooses the kernel:
 
-- SciPy's ``csr_matvecs`` when ``scipy.sparse`` is already loaded or the product is large
-  (:data:`NUMPY_MAX_CELLS`): for every row and every column of the block it adds ``data[j] * block[indices[j]]``
-  to a zero, entry by entry in the row's order, each product and each sum rounded to the result type;
+- SciPy's ``csr_matvecs`` when ``scipy.sparse`` is already loaded or the product is large (NumPy's kernel would
+  take longer than SciPy's import, :func:`choose_kernel`): for every row and every column of the block it adds
+  ``data[j] * block[indices[j]]`` to a zero, entry by entry in the row's order, each product and each sum rounded
+  to the result type;
 - otherwise :func:`numpy_product`, which does the same additions in the same order, position by position along the
   rows (the rows' first entries for all rows at once, then their second entries, ...): every product and sum is
   the same IEEE operation on the same operands, so the result is bit-identical (tested against SciPy on random
@@ -31,11 +32,13 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["NUMPY_MAX_CELLS", "CsrMatrix", "choose_kernel", "numpy_product", "product"]
+__all__ = ["CsrMatrix", "choose_kernel", "numpy_product", "product"]
 
-#: the largest product (stored entries x columns of the block) done by NumPy when SciPy is not loaded yet: NumPy's
-#: kernel takes about 1 ns a cell (2.5-4x SciPy's), so about 20 ms there, less than SciPy's import (0.1-0.2 s)
-NUMPY_MAX_CELLS = 1 << 24
+#: what NumPy's kernel costs, in nanoseconds (measured on x86-64): a pass over the rows' ``k``-th entries (one per
+#: entry of the longest row: Python and indexing overhead), each stored entry, each cell (entry x column of the block)
+NUMPY_NS_PER_PASS, NUMPY_NS_PER_ENTRY, NUMPY_NS_PER_CELL = 5000, 3, 1.5
+#: the most NumPy's kernel may be expected to take when SciPy is not loaded yet (50 ms, less than SciPy's import)
+NUMPY_BUDGET_NS = 50_000_000
 
 
 class CsrMatrix:
@@ -55,7 +58,8 @@ class CsrMatrix:
         self.indices = indices
         self.indptr = indptr
         self.shape = (int(shape[0]), int(shape[1]))
-        if len(indptr) != self.shape[0] + 1 or len(indices) != len(data) or int(indptr[-1]) != len(data):
+        if len(indptr) != self.shape[0] + 1 or len(indices) != len(data) or int(indptr[0]) != 0 \
+                or int(indptr[-1]) != len(data):
             raise ValueError(f"not a CSR matrix of shape {self.shape}: {len(indptr)} row pointers, "
                              f"{len(indices)} column indices, {len(data)} values")
 
@@ -65,6 +69,8 @@ class CsrMatrix:
         ``shape``), not copied; its columns must be sorted within each row, as the index's counts are."""
         if isinstance(matrix, CsrMatrix):
             return matrix
+        if getattr(matrix, "format", "csr") != "csr":  # a CSC matrix has the same attributes, meaning the transpose
+            raise TypeError(f"expected a CSR matrix, got a {matrix.format!r} one; convert it with .tocsr()")
         return cls(np.asarray(matrix.data), np.asarray(matrix.indices), np.asarray(matrix.indptr), matrix.shape)
 
     @property
@@ -122,11 +128,19 @@ class CsrMatrix:
         return matrix
 
 
-def choose_kernel(nnz: int, columns: int) -> str:
-    """``"scipy"`` when ``scipy.sparse`` is loaded or the product is large, else ``"numpy"`` (same result)."""
-    if "scipy.sparse" in sys.modules or nnz * max(columns, 1) > NUMPY_MAX_CELLS:
+def choose_kernel(matrix: CsrMatrix, columns: int) -> str:
+    """``"scipy"`` when ``scipy.sparse`` is loaded or NumPy's kernel would take longer than importing SciPy, else
+    ``"numpy"`` (the same result either way).
+
+    ``columns``: the columns of every block ``matrix`` will be multiplied by (a search's queries, in all its chunks),
+    so that one search makes one choice. NumPy's kernel costs a pass per entry of the longest row and SciPy's does
+    not: one very long document (a book among abstracts) sends a product to SciPy.
+    """
+    if "scipy.sparse" in sys.modules:
         return "scipy"
-    return "numpy"
+    longest = int(np.diff(matrix.indptr).max()) if matrix.shape[0] else 0
+    cost = NUMPY_NS_PER_PASS * longest + matrix.nnz * (NUMPY_NS_PER_ENTRY + NUMPY_NS_PER_CELL * max(columns, 1))
+    return "numpy" if cost <= NUMPY_BUDGET_NS else "scipy"
 
 
 def product(matrix: CsrMatrix, block: np.ndarray, *, kernel: str | None = None) -> np.ndarray:
@@ -136,7 +150,7 @@ def product(matrix: CsrMatrix, block: np.ndarray, *, kernel: str | None = None) 
     """
     if block.ndim != 2 or block.shape[0] != matrix.shape[1] or block.dtype != matrix.data.dtype:
         raise ValueError(f"cannot multiply {matrix!r} by a {block.dtype} block of shape {block.shape}")
-    kernel = kernel or choose_kernel(matrix.nnz, block.shape[1])
+    kernel = kernel or choose_kernel(matrix, block.shape[1])
     if kernel == "scipy":
         return matrix.to_scipy() @ block
     if kernel != "numpy":
