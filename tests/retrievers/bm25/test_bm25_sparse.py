@@ -113,6 +113,28 @@ def test_the_kernel_is_numpy_only_for_small_products_without_scipy(monkeypatch):
     assert choose_kernel(abstracts, 50) == "scipy"  # loaded already: its kernel is the faster one
 
 
+_LOADS_BEFORE_THREADS = r"""
+import sys
+import numpy as np
+from r2med.retrievers.bm25 import index as index_module
+from r2med.retrievers.bm25.index import BM25Index
+index = BM25Index.build([["a", "b"], ["b", "c"], ["c"]] * 10, workers=2)
+threads = index_module.in_threads
+def in_threads(fn, items, workers=None):
+    assert "scipy.sparse" in sys.modules, "the threads would import SciPy"
+    return threads(fn, items, workers)
+index_module.in_threads = in_threads
+index_module.choose_kernel = lambda matrix, columns: "scipy"
+index_module._MAX_BLOCK_CELLS = 30
+print(len(index.search([["a"], ["b"], ["c"], ["a", "c"]], k=2)))
+"""
+
+
+def test_a_search_imports_scipy_before_its_threads_do():
+    done = subprocess.run([sys.executable, "-c", _LOADS_BEFORE_THREADS], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "4", done.stderr
+
+
 def test_one_search_makes_one_choice_for_all_its_chunks(monkeypatch):
     index = BM25Index.build([["a", "b"], ["b", "c"], ["c"]] * 10)
     chosen, used = [], []

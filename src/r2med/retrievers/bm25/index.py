@@ -68,7 +68,7 @@ from r2med.retrievers.bm25.scoring import (
     lucene_norm_inverse,
     lucene_term_scores,
 )
-from r2med.retrievers.bm25.sparse import CsrMatrix, choose_kernel, product
+from r2med.retrievers.bm25.sparse import CsrMatrix, choose_kernel, load_kernel, product
 from r2med.retrievers.bm25.vocabulary import count_matrix, query_term_counts
 
 __all__ = ["VARIANTS", "BM25Index", "BM25Params", "Hits"]
@@ -323,8 +323,10 @@ class BM25Index:
         return run
 
     def _kernel(self, n_queries: int) -> str:
-        """The kernel of the products that score ``n_queries`` queries (:func:`.sparse.choose_kernel`)."""
-        return choose_kernel(self._weights if self.params.variant == "r2med" else self._unit, n_queries)
+        """The kernel of the products that score ``n_queries`` queries (:func:`.sparse.choose_kernel`), loaded."""
+        kernel = choose_kernel(self._weights if self.params.variant == "r2med" else self._unit, n_queries)
+        load_kernel(kernel)  # here, before the search's threads
+        return kernel
 
     def _score_block(
         self, q: np.ndarray, t: np.ndarray, c: np.ndarray, known: np.ndarray, n_queries: int, kernel: str

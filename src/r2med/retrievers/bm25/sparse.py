@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CsrMatrix", "choose_kernel", "numpy_product", "product"]
+__all__ = ["CsrMatrix", "choose_kernel", "load_kernel", "numpy_product", "product"]
 
 #: what NumPy's kernel costs, in nanoseconds (measured on x86-64): a pass over the rows' ``k``-th entries (one per
 #: entry of the longest row: Python and indexing overhead), each stored entry, each cell (entry x column of the block)
@@ -141,6 +141,14 @@ def choose_kernel(matrix: CsrMatrix, columns: int) -> str:
     longest = int(np.diff(matrix.indptr).max()) if matrix.shape[0] else 0
     cost = NUMPY_NS_PER_PASS * longest + matrix.nnz * (NUMPY_NS_PER_ENTRY + NUMPY_NS_PER_CELL * max(columns, 1))
     return "numpy" if cost <= NUMPY_BUDGET_NS else "scipy"
+
+
+def load_kernel(kernel: str) -> None:
+    """Import what ``kernel`` needs (``scipy.sparse`` for ``"scipy"``) in the calling thread: a search does this
+    before its threads multiply, so that they do not all import SciPy at once (threads importing one package
+    together can each find modules the other has only half initialised)."""
+    if kernel == "scipy":
+        import scipy.sparse  # noqa: F401
 
 
 def product(matrix: CsrMatrix, block: np.ndarray, *, kernel: str | None = None) -> np.ndarray:
