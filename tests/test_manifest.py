@@ -89,3 +89,35 @@ def test_changed_data_is_recomputed(cli, tmp_path, monkeypatch):
 @pytest.mark.parametrize("key", ["api_key", "OPENAI_API_KEY", "hf_token", "Authorization", "password"])
 def test_scrub_drops_credentials(key):
     assert scrub({key: "x", "keep": [{"voyage_api_key": 1, "n": 2}]}) == {"keep": [{"n": 2}]}
+
+
+def test_installed_versions_are_importlib_metadatas_for_every_installed_distribution():
+    from importlib import metadata
+
+    from r2med.manifest import installed_version
+
+    names = {dist.metadata["Name"] for dist in metadata.distributions()}
+    assert {"numpy", "scipy", "tqdm"} <= names
+    assert {name: installed_version(name) for name in names} == {name: metadata.version(name) for name in names}
+
+
+def test_installed_version_reads_the_first_metadata_header_along_sys_path(tmp_path, monkeypatch):
+    from r2med.manifest import installed_version, package_versions
+
+    first, second = tmp_path / "first", tmp_path / "second"
+    for folder, version in ((first, "1.2.3"), (second, "9.9.9")):
+        info = folder / "Sentence_Transformers-x.dist-info"
+        info.mkdir(parents=True)
+        # the header ends at the first blank line: a Version line in the description is not the version
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: sentence-transformers\nVersion: {version}\n\n"
+                                       "Version: 0.0.1 (in the description)\n")
+    egg = second / "peft.egg-info"
+    egg.mkdir()
+    (egg / "PKG-INFO").write_text("Metadata-Version: 1.1\r\nName: peft\r\nVersion: 0.10.0\r\n\r\nbody\r\n")
+    (second / "tqdm-4.1.0-py3.11.egg-info").write_text("Metadata-Version: 1.1\nName: tqdm\nVersion:   4.1.0  \n")
+    monkeypatch.setattr("sys.path", [str(tmp_path / "missing"), str(first), str(second)])
+    assert installed_version("sentence-transformers") == "1.2.3"
+    assert installed_version("Sentence.Transformers") == "1.2.3"
+    assert installed_version("peft") == "0.10.0" and installed_version("tqdm") == "4.1.0"
+    assert installed_version("numpy") is None
+    assert package_versions() == {"sentence-transformers": "1.2.3", "peft": "0.10.0", "tqdm": "4.1.0"}

@@ -21,9 +21,8 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from r2med.agent.config import AgentConfig
 from r2med.errors import InvalidInputError, MissingResourceError, UsageError
 from r2med.expansion.methods import check_composition
 from r2med.expansion.options import ExpansionOptions
@@ -31,6 +30,9 @@ from r2med.io.names import check_name
 from r2med.options import check_keys, from_table, option, options_of, values_from_table
 from r2med.retrievers.registry import RetrieverOptions, RetrieverSpec, check_distinct, family_of
 from r2med.stages.rerank import RerankStageOptions
+
+if TYPE_CHECKING:
+    from r2med.agent.config import AgentConfig
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -211,6 +213,8 @@ def _rerank_spec(table: dict[str, Any], where: str) -> RerankSpec:
 
 def _agent(table: dict[str, Any], where: str, base: Path) -> AgentSpec:
     """``[agent]``: ``AgentConfig``'s options, ``search_with`` (a retriever name) and ``knowledge_dir``."""
+    from r2med.agent.config import AgentConfig
+
     _llm_name(table, where)
     config = from_table(AgentConfig, table, where, ignore=("search_with", "knowledge_dir"))
     search_with = table.get("search_with", "bm25")

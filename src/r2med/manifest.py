@@ -27,7 +27,6 @@ import platform
 import re
 import sys
 import time
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -84,13 +83,87 @@ def config_sha256(config: dict[str, Any]) -> str:
 
 
 def package_versions() -> dict[str, str]:
+    """The installed version of each package of ``PACKAGES`` (those not installed are left out)."""
+    found = _metadata_files({_normalise(name) for name in PACKAGES})
     versions = {}
     for name in PACKAGES:
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
+        version = installed_version(name, found)
+        if version is not None:
+            versions[name] = version
     return versions
+
+
+_VERSION_LINE = re.compile(r"^Version:[ \t]*(\S[^\r\n]*?)[ \t]*\r?$", re.MULTILINE)
+_ZIPPED = object()  # a zip archive on sys.path: ask importlib.metadata, which reads them
+
+
+def _normalise(name: str) -> str:
+    """A distribution name as PEP 503 compares them.
+
+    >>> _normalise("Sentence_Transformers"), _normalise("pytrec.eval-terrier")
+    ('sentence-transformers', 'pytrec-eval-terrier')
+    """
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _metadata_files(wanted: set[str]) -> dict[str, Any]:
+    """For each distribution of ``wanted`` (normalised names) installed on ``sys.path``: its metadata file (the first
+    ``<name>-<version>.dist-info`` or ``<name>[-...].egg-info`` of its name along ``sys.path``, as importlib.metadata
+    finds it), or ``_ZIPPED`` for all of them when a zip archive on ``sys.path`` could hold one."""
+    found: dict[str, Any] = {}
+    for entry in sys.path:
+        folder = entry or "."
+        try:
+            children = os.listdir(folder)
+        except OSError:  # a missing folder, or a zip archive
+            if os.path.isfile(folder):
+                return dict.fromkeys(wanted, _ZIPPED)
+            continue
+        for child in children:
+            stem, _, suffix = child.rpartition(".")
+            if suffix not in ("dist-info", "egg-info"):
+                continue
+            name = _normalise(stem.partition("-")[0])
+            if name in wanted and name not in found:
+                path = os.path.join(folder, child)
+                found[name] = (os.path.join(path, "METADATA" if suffix == "dist-info" else "PKG-INFO")
+                               if os.path.isdir(path) else path)  # an egg-info may be the PKG-INFO file itself
+    return found
+
+
+def installed_version(name: str, found: dict[str, Any] | None = None) -> str | None:
+    """``importlib.metadata.version(name)``, or None when ``name`` is not installed.
+
+    Read from the ``Version:`` line of the distribution's metadata header, found by one look at each ``sys.path``
+    folder (``found``: what :func:`_metadata_files` found). Importing ``importlib.metadata`` (its email parser,
+    which it runs over the whole file, license texts included) would cost every command that writes a result 15 ms
+    and 1 ms a package.
+
+    >>> from importlib import metadata
+    >>> installed_version("numpy") == metadata.version("numpy"), installed_version("no-such-package-r2med")
+    (True, None)
+    """
+    key = _normalise(name)
+    path = (found if found is not None else _metadata_files({key})).get(key)
+    text = None
+    if isinstance(path, str):
+        try:
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                text = handle.read()
+        except OSError:
+            text = None
+    if text is not None:
+        match = _VERSION_LINE.search(text.split("\n\n", 1)[0])  # the header ends at the first blank line
+        if match:
+            return match.group(1)
+    if path is None:
+        return None
+    from importlib import metadata  # a zipped or unusual install: importlib.metadata's own answer
+
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def hardware() -> dict[str, Any]:

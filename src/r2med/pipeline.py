@@ -23,8 +23,9 @@ from r2med.io.dirs import check_output_dir, usable_cache_dir
 from r2med.io.lock import DirectoryLock
 from r2med.options import Runtime, key_of
 from r2med.settings import Settings, get_settings
-from r2med.stages import Agent, DatasetResult, FirstStage, Fuse, Rerank, Retrieve, Stage, run_stage
-from r2med.stages.retrieve import Expansion
+from r2med.stages.base import DatasetResult, Stage
+from r2med.stages.rerank import FirstStage
+from r2med.stages.runner import run_stage
 from r2med.store.results import SystemPath
 
 
@@ -77,6 +78,7 @@ def _run(spec: PipelineSpec, named: list, loaders: list, lock: DirectoryLock, *,
             first.path_for(name)
     elif spec.agent is not None:
         from r2med.retrievers.registry import make_retriever
+        from r2med.stages.agent import Agent
 
         knowledge = None
         if spec.agent.knowledge_dir is not None:
@@ -103,6 +105,7 @@ def _run(spec: PipelineSpec, named: list, loaders: list, lock: DirectoryLock, *,
             first = FirstStage.resolve(str(run(agent)), output=spec.output)
     else:
         from r2med.retrievers.registry import make_retriever
+        from r2med.stages.retrieve import Expansion, Retrieve
 
         expansion = (Expansion.parse(spec.expansion, policy=spec.answer_policy, composition=spec.bm25_composition)
                      if spec.expansion else None)
@@ -117,12 +120,15 @@ def _run(spec: PipelineSpec, named: list, loaders: list, lock: DirectoryLock, *,
             del stage  # one retriever (model) in memory at a time
         last = inputs[-1][0]
         if spec.fusion is not None:
+            from r2med.stages.fuse import Fuse
+
             name = spec.name or "+".join(where.system for where, _ in inputs)
             last = run(Fuse(name, inputs, method=spec.fusion.method, options=spec.fusion.options, output=spec.output,
                             top_k=spec.top_k))
         first = FirstStage.resolve(str(last), output=spec.output)
     if spec.reranker is not None:
         from r2med.rerankers.registry import make_reranker
+        from r2med.stages.rerank import Rerank
 
         rerank = spec.reranker
         reranker = make_reranker(rerank.name, rerank.options, Runtime(cache_dir, progress))

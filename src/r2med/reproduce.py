@@ -34,13 +34,13 @@ import json
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from r2med.errors import InvalidInputError, MissingResourceError, UsageError
 from r2med.io.jsonsafe import loads
 from r2med.needs import Need, merged
+from r2med.packaged import read_text
 from r2med.store.results import SystemPath
 
 if TYPE_CHECKING:
@@ -212,7 +212,7 @@ def _first_stage_needs(source: str) -> tuple[Need, ...]:
 
 @lru_cache(maxsize=1)
 def _first_stages() -> dict[str, Any]:
-    return json.loads(resources.files("r2med").joinpath("data/first_stages.json").read_text(encoding="utf-8"))
+    return json.loads(read_text("first_stages.json"))
 
 
 def published_first_stage(source: str | None) -> dict[str, Any] | None:

@@ -95,3 +95,31 @@ def test_a_quiet_command_leaves_the_bars_as_they_were(cli, hub, tmp_path):
     hub.enable_progress_bars()
     assert cli("run", "--data-dir", DATA / "tiny", "--output", tmp_path, "-q").code == 0
     assert not hub.are_progress_bars_disabled()
+
+
+def test_the_terminal_bar_is_tqdms_own_and_the_notebook_one_only_under_ipython(monkeypatch, capsys):
+    import types
+
+    import tqdm.asyncio
+    import tqdm.auto
+    import tqdm.std
+
+    from r2med.io import progress
+
+    monkeypatch.delitem(sys.modules, "IPython", raising=False)
+    bar = progress.progress_bar(2, desc="plain", unit="doc")
+    bar.close()
+    assert type(bar) is tqdm.std.tqdm  # not tqdm.auto's asyncio subclass: no asyncio import for it
+    monkeypatch.setitem(sys.modules, "IPython", types.ModuleType("IPython"))  # an IPython without a kernel
+    bar = progress.progress_bar(2, desc="ipython", unit="doc")
+    bar.close()
+    assert type(bar) is tqdm.auto.tqdm and tqdm.auto.tqdm is tqdm.asyncio.tqdm  # tqdm.auto's choice, as before
+
+
+def test_a_bar_imports_no_asyncio():
+    import subprocess
+
+    code = ("import sys; from r2med.io.progress import progress_bar; progress_bar(1, desc='x', unit='doc').close(); "
+            "print(sorted(m for m in ('asyncio', 'tqdm.asyncio', 'tqdm.auto') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.strip() == "[]" and "x" in done.stderr

@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
 
+from r2med.packaged import read_text
 from r2med.registry import Registry
 
 #: Files of one dataset, at the root of its hub repo and of the official local layout.
@@ -37,7 +37,7 @@ class DatasetSpec:
 
 @lru_cache(maxsize=1)
 def _load() -> Registry[DatasetSpec]:
-    raw = json.loads(resources.files("r2med").joinpath("data/datasets.json").read_text(encoding="utf-8"))
+    raw = json.loads(read_text("datasets.json"))
     specs: dict[str, DatasetSpec] = {}
     aliases: dict[str, str] = {}
     for entry in raw["tasks"]:
@@ -83,7 +83,7 @@ def published_expansions() -> dict[str, tuple[str, ...]]:
     >>> published_expansions()["search-o1"], "o3-mini" in published_expansions()["hyde"]
     (('qwq-32b', 'qwen3-32b'), True)
     """
-    raw = json.loads(resources.files("r2med").joinpath("data/datasets.json").read_text(encoding="utf-8"))
+    raw = json.loads(read_text("datasets.json"))
     return {method: tuple(llms) for method, llms in raw.get("expansions", {}).items()}
 
 

@@ -13,7 +13,6 @@ from dataclasses import replace
 from pathlib import Path
 
 from r2med.datasets.catalog import catalog, resolve_names
-from r2med.datasets.hub import cached_sha256, download
 from r2med.datasets.local import find_layout, has_dataset_files, is_dataset_dir, load_dir, missing_files
 from r2med.datasets.model import Dataset
 from r2med.errors import DamagedFileError, InvalidInputError, MissingResourceError
@@ -129,6 +128,8 @@ def load_dataset(name: str, *, path: Path | None = None, settings: Settings | No
     """Load one dataset from ``path``, or from the hub cache when ``path`` is None (downloads if allowed)."""
     if path is not None:
         return load_dir(path, name)
+    from r2med.datasets.hub import download  # the hub client: not for a dataset directory
+
     settings = settings or get_settings()
     spec = catalog().get(name)
     folder = download(spec, settings)
@@ -145,7 +146,7 @@ def load_dataset(name: str, *, path: Path | None = None, settings: Settings | No
 
 def _load_cached(name: str, folder: Path, settings: Settings) -> Dataset:
     """A dataset of the hub cache, checked against the sha256 of its files recorded at download."""
-    from r2med.datasets.hub import cache_dir
+    from r2med.datasets.hub import cache_dir, cached_sha256
     from r2med.io.readers import file_sha256
 
     spec = catalog().get(name)

@@ -18,11 +18,11 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
-from importlib import resources
 from types import MappingProxyType
 
 from r2med.errors import UsageError
 from r2med.expansion.methods import GAR_METHODS, GarMethod, method_names
+from r2med.packaged import read_text
 from r2med.registry import Registry
 
 #: The methods r2med has prompts for (those of the GAR method table with a prompt key).
@@ -67,7 +67,7 @@ SKY_T1_SYSTEM_PROMPT = (
 
 @lru_cache(maxsize=1)
 def _prompts() -> dict[str, dict[str, str]]:
-    raw = json.loads(resources.files("r2med").joinpath("data/prompts.json").read_text(encoding="utf-8"))
+    raw = json.loads(read_text("prompts.json"))
     return raw["prompts"]
 
 

@@ -51,8 +51,16 @@ class SilentBar:
 
 
 def _make_tqdm(**options: Any) -> Any:
-    """The tqdm bar (one seam, so a test can record the bars a step creates)."""
-    from tqdm.auto import tqdm
+    """The tqdm bar (one seam, so a test can record the bars a step creates).
+
+    tqdm's own terminal bar (``tqdm.std``); ``tqdm.auto``, which picks the notebook widget under IPython, only when
+    IPython is loaded: outside a notebook ``tqdm.auto`` gives the same bar through ``tqdm.asyncio``, which imports
+    asyncio (15 ms of every command's start-up) for async iteration that r2med never does.
+    """
+    if "IPython" in sys.modules:
+        from tqdm.auto import tqdm
+    else:
+        from tqdm.std import tqdm
 
     return tqdm(**options)
 

@@ -23,9 +23,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
 from types import MappingProxyType
 
+from r2med.packaged import read_text
 from r2med.registry import Registry
 from r2med.store.results import BASE, OfficialTree, SystemPath
 
@@ -33,6 +33,7 @@ _FAMILY = {"ndcg": "ndcg_at", "map": "map_at", "p": "precision_at", "precision":
 _AT_RE = re.compile(r"^(ndcg|map|p|precision|recall)@(\d+)$")
 
 
+@lru_cache(maxsize=256)  # the published results repeat 54 keys 11,576 times
 def normalise_metric(key: str) -> str:
     """The official key (``ndcg_at_10``, ``precision_at_1``, ``mrr``) of a metric name in either style.
 
@@ -113,7 +114,7 @@ class PublishedSystem:
 
 @lru_cache(maxsize=1)
 def _data() -> dict:
-    text = resources.files("r2med").joinpath("data/official_results.json").read_text(encoding="utf-8")
+    text = read_text("official_results.json")
     return json.loads(text)
 
 
@@ -199,7 +200,7 @@ class LeaderboardEntry:
 
 @lru_cache(maxsize=1)
 def _leaderboard() -> tuple[LeaderboardEntry, ...]:
-    text = resources.files("r2med").joinpath("data/leaderboard.json").read_text(encoding="utf-8")
+    text = read_text("leaderboard.json")
     rows = json.loads(text)["rows"]
     return tuple(LeaderboardEntry(int(r["rank"]), r["name"], float(r["average"]), r["system"], bool(r["published"]),
                                   r.get("published_average")) for r in rows)
@@ -227,5 +228,5 @@ def leaderboard_entry(system: str) -> LeaderboardEntry | None:
 
 def leaderboard_source() -> str:
     """Where the packaged leaderboard comes from (its ``_source``)."""
-    text = resources.files("r2med").joinpath("data/leaderboard.json").read_text(encoding="utf-8")
+    text = read_text("leaderboard.json")
     return str(json.loads(text)["_source"])

@@ -19,13 +19,13 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
-from importlib import resources
 from typing import Any
 
 from r2med.errors import UsageError
 from r2med.io.aio import run_sync
 from r2med.llm.cache import ResponseCache
 from r2med.llm.client import ChatClient, ChatResult, SamplingParams, request_key
+from r2med.packaged import read_text
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ logger = logging.getLogger(__name__)
 @cache
 def prompt_data() -> dict[str, Any]:
     """The packaged prompt texts of the pointwise LLM rerankers (``pointwise_llm_prompts.json``)."""
-    text = resources.files("r2med").joinpath("data/pointwise_llm_prompts.json").read_text(encoding="utf-8")
+    text = read_text("pointwise_llm_prompts.json")
     return json.loads(text)
 
 

@@ -35,11 +35,11 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Any
 
 from r2med.errors import UsageError
 from r2med.llm.requests import ChatJob, SamplingParams, request_key
+from r2med.packaged import read_text
 from r2med.rerankers.permutation import PermutationReport, report_of
 
 TASK = "rerank-reasonrank/1"
@@ -56,7 +56,7 @@ _MODE_KEY = {"rank_GPT_reasoning": "reasoning", "rank_GPT_qwen3": "qwen3"}
 @functools.cache
 def authors() -> dict[str, Any]:
     """The package data ``r2med/data/reasonrank.json``: the authors' texts and numbers with their file:line."""
-    return json.loads(resources.files("r2med").joinpath("data/reasonrank.json").read_text(encoding="utf-8"))
+    return json.loads(read_text("reasonrank.json"))
 
 
 def check_mode(mode: str) -> str:

@@ -19,27 +19,34 @@ A file stage (:class:`~r2med.stages.base.FileStage`) makes files instead of a ru
   ``query_with_hydoc.jsonl``.
 
 ``r2med.pipeline.run_pipeline(spec)`` builds the stages a ``PipelineSpec`` names and runs them in order.
-Importing this package imports no heavy dependency.
+Importing this package imports none of them: each name loads its module when first used (``r2med.lazy``).
 """
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-from r2med.stages.agent import Agent
-from r2med.stages.base import DatasetResult, FileStage, Product, ProductResult, Stage, summarise
-from r2med.stages.fuse import Fuse
-from r2med.stages.rerank import FirstStage, Rerank
-from r2med.stages.retrieve import Expansion, Retrieve
-from r2med.stages.runner import run_file_stage, run_stage
+from r2med.lazy import lazy_exports
 
-__all__ = ["Agent", "DatasetResult", "Expand", "Expansion", "FileStage", "FirstStage", "Fuse", "Product", "ProductResult",
-           "Rerank", "Retrieve", "Stage", "expand_dataset", "run_file_stage", "run_stage", "summarise"]
+if TYPE_CHECKING:
+    from r2med.stages.agent import Agent
+    from r2med.stages.base import DatasetResult, FileStage, Product, ProductResult, Stage, summarise
+    from r2med.stages.expand import Expand, expand_dataset
+    from r2med.stages.fuse import Fuse
+    from r2med.stages.rerank import FirstStage, Rerank
+    from r2med.stages.retrieve import Expansion, Retrieve
+    from r2med.stages.runner import run_file_stage, run_stage
 
+#: each name's module, imported when the name is first used: a BM25 run needs neither the agent stage (the agent
+#: loop's configuration), nor the fusion, nor the expansion stage (the LLM client)
+_EXPORTS = {
+    "Agent": "r2med.stages.agent", "Expand": "r2med.stages.expand", "expand_dataset": "r2med.stages.expand",
+    "Fuse": "r2med.stages.fuse", "FirstStage": "r2med.stages.rerank", "Rerank": "r2med.stages.rerank",
+    "Expansion": "r2med.stages.retrieve", "Retrieve": "r2med.stages.retrieve",
+    "run_file_stage": "r2med.stages.runner", "run_stage": "r2med.stages.runner",
+    **dict.fromkeys(("DatasetResult", "FileStage", "Product", "ProductResult", "Stage", "summarise"),
+                    "r2med.stages.base"),
+}
 
-def __getattr__(name: str) -> Any:
-    """``Expand`` and ``expand_dataset``, imported when first used: they bring in the LLM client, which a run
-    without an expansion to generate never needs."""
-    if name in ("Expand", "expand_dataset"):
-        from r2med.stages import expand
+__all__ = ["Agent", "DatasetResult", "Expand", "Expansion", "FileStage", "FirstStage", "Fuse", "Product",
+           "ProductResult", "Rerank", "Retrieve", "Stage", "expand_dataset", "run_file_stage", "run_stage", "summarise"]
 
-        return getattr(expand, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -44,10 +44,9 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
-import scipy.sparse as sp
 
 from r2med.errors import InvalidInputError, UsageError
 from r2med.retrievers.bm25 import persist
@@ -69,6 +68,7 @@ from r2med.retrievers.bm25.scoring import (
     lucene_norm_inverse,
     lucene_term_scores,
 )
+from r2med.retrievers.bm25.sparse import CsrMatrix, choose_kernel, load_kernel, product
 from r2med.retrievers.bm25.vocabulary import count_matrix, query_term_counts
 
 __all__ = ["VARIANTS", "BM25Index", "BM25Params", "Hits"]
@@ -133,7 +133,7 @@ class BM25Index:
         *,
         params: BM25Params,
         vocabulary: list[str],
-        counts: sp.csr_matrix,
+        counts: CsrMatrix | Any,
         doc_ids: list[str] | None = None,
         workers: int | None = None,
     ) -> None:
@@ -146,10 +146,11 @@ class BM25Index:
         self.params = params
         self.workers = workers  # threads for weighting and search (None: every core)
         self.vocabulary = vocabulary
-        self.counts = counts
+        self.counts = counts  # as given: a CsrMatrix, or a scipy.sparse CSR matrix
+        counts = self._counts = CsrMatrix.from_scipy_like(counts)
         self.doc_ids = doc_ids
         self.token2id: dict[str, int] = dict(zip(vocabulary, range(len(vocabulary))))
-        self.doc_lengths = np.asarray(counts.sum(axis=1)).ravel().astype(np.int64)
+        self.doc_lengths = counts.row_sums().astype(np.int64)
         self.doc_freqs = np.bincount(counts.indices, minlength=len(vocabulary)).astype(np.int64)
         self._ids = DocIdTable.from_ids(doc_ids if doc_ids is not None else _row_ids(counts.shape[0]))
         if len(vocabulary) > _GENSIM_PRUNE_AT and params.variant == "r2med":
@@ -197,10 +198,10 @@ class BM25Index:
 
     def _prepare_r2med(self) -> None:
         p = self.params
-        n_docs = self.counts.shape[0]
+        n_docs = self._counts.shape[0]
         self.avgdl = float(self.doc_lengths.sum()) / n_docs  # gensim: sum(cfs) / num_docs
         self.idf = gensim_idf(self.doc_freqs, n_docs)
-        c = self.counts
+        c = self._counts
         w = np.zeros(c.nnz, dtype=np.float32)  # no tokens at all: nothing to weight (and nothing a query can match)
         if self.avgdl > 0:
             norm = gensim_length_norm(self.doc_lengths, k1=p.k1, b=p.b, avgdl=self.avgdl)
@@ -211,8 +212,7 @@ class BM25Index:
                 w[e0:e1] = gensim_weights(c.data[e0:e1], row_norm, self.idf[c.indices[e0:e1]])
 
             in_threads(weigh, row_parts(c.indptr, self._threads()), self._threads())
-        self._weights = sp.csr_matrix((w, c.indices, c.indptr), shape=c.shape)
-        self._weights.has_sorted_indices = True
+        self._weights = c.with_data(w)
 
     def _prepare_lucene(self) -> None:
         p = self.params
@@ -223,7 +223,7 @@ class BM25Index:
         self.idf = lucene_idf(self.doc_freqs, max(n_docs, 1))
         self.norms = int_to_byte4(self.doc_lengths)
         cache = lucene_norm_inverse(p.k1, p.b, self.avgdl)
-        c = self.counts
+        c = self._counts
         x = np.empty(c.nnz, dtype=np.float32)
         unit = np.empty(c.nnz, dtype=np.float64)
 
@@ -234,9 +234,9 @@ class BM25Index:
             unit[e0:e1] = lucene_term_scores(self.idf[c.indices[e0:e1]], x[e0:e1])  # boost 1; 2**m scales exactly
 
         in_threads(weigh, row_parts(c.indptr, self._threads()), self._threads())
-        self._x = sp.csr_matrix((x, c.indices, c.indptr), shape=c.shape)
-        self._x_by_term: sp.csc_matrix | None = None
-        self._unit = sp.csr_matrix((unit, c.indices, c.indptr), shape=c.shape)
+        self._x = c.with_data(x)
+        self._x_by_term: CsrMatrix | None = None  # the transpose of _x (its columns), made when a query needs it
+        self._unit = c.with_data(unit)
 
     # ------------------------------------------------------------------ properties
 
@@ -246,7 +246,7 @@ class BM25Index:
     @property
     def n_docs(self) -> int:
         """Number of corpus rows (repeated ids counted each time)."""
-        return int(self.counts.shape[0])
+        return int(self._counts.shape[0])
 
     def __repr__(self) -> str:
         p = self.params
@@ -261,7 +261,8 @@ class BM25Index:
         bounded chunks instead.
         """
         q, t, c, known = query_term_counts(query_token_lists, self.token2id)
-        return self._score_block(q, t, c, known, len(query_token_lists))[0]
+        n_queries = len(query_token_lists)
+        return self._score_block(q, t, c, known, n_queries, self._kernel(n_queries))[0]
 
     def search(self, query_token_lists: Sequence[Sequence[str]], *, k: int = 100) -> list[Hits]:
         """The top k corpus rows of every query, best first, with their raw float32 scores.
@@ -283,12 +284,15 @@ class BM25Index:
         chunk = min(chunk, max(1, -(-n_queries // threads)))  # at least one chunk per thread
         bounds = np.searchsorted(q, np.arange(0, n_queries + chunk, chunk))
         if self.params.variant == "lucene" and self._x_by_term is None and ((c & (c - 1)) != 0).any():
-            self._x_by_term = self._x.tocsc()  # for boosts that are no power of two, before the threads share it
+            self._x_by_term = self._x.by_column()  # for boosts that are no power of two, before the threads share it
+        kernel = self._kernel(n_queries)  # one choice for all the chunks (the same sums either way)
 
         def block(i: int) -> list[Hits]:
             start, stop = i * chunk, min((i + 1) * chunk, n_queries)
             lo, hi = bounds[i], bounds[i + 1]
-            scores, matched = self._score_block(q[lo:hi] - start, t[lo:hi], c[lo:hi], known[start:stop], stop - start)
+            scores, matched = self._score_block(
+                q[lo:hi] - start, t[lo:hi], c[lo:hi], known[start:stop], stop - start, kernel
+            )
             return self._rank(scores, matched, k)
 
         # every (document, query) score is summed the same way on any thread: the result does not depend on it
@@ -318,16 +322,23 @@ class BM25Index:
             run[str(qid)] = dict(zip((names[r] for r in h.rows.tolist()), scores.tolist()))
         return run
 
+    def _kernel(self, n_queries: int) -> str:
+        """The kernel of the products that score ``n_queries`` queries (:func:`.sparse.choose_kernel`), loaded."""
+        kernel = choose_kernel(self._weights if self.params.variant == "r2med" else self._unit, n_queries)
+        load_kernel(kernel)  # here, before the search's threads
+        return kernel
+
     def _score_block(
-        self, q: np.ndarray, t: np.ndarray, c: np.ndarray, known: np.ndarray, n_queries: int
+        self, q: np.ndarray, t: np.ndarray, c: np.ndarray, known: np.ndarray, n_queries: int, kernel: str
     ) -> tuple[np.ndarray, np.ndarray | None]:
         """Scores (n_queries x n_docs, float32) of one chunk; for Lucene also the matched mask.
 
         The query side is a dense (terms x queries) block and the product is scipy's
-        CSR x dense kernel, which for every (document, query) pair adds the products
-        term by term in the row's (increasing term id) order; adding the zeros of
-        absent query terms leaves a float sum unchanged, so this is bit-identical to
-        gensim's sparse x sparse product.
+        CSR x dense kernel (or NumPy doing the same additions in the same order for a
+        small collection, :func:`~r2med.retrievers.bm25.sparse.product`), which for every
+        (document, query) pair adds the products term by term in the row's (increasing
+        term id) order; adding the zeros of absent query terms leaves a float sum
+        unchanged, so this is bit-identical to gensim's sparse x sparse product.
         """
         n_vocab = len(self.vocabulary)
         if self.params.variant == "r2med":
@@ -335,16 +346,16 @@ class BM25Index:
             norm = gensim_length_norm(known[q], k1=p.k1, b=p.b, avgdl=self.avgdl)
             query = np.zeros((n_vocab, n_queries), dtype=np.float32)
             query[t, q] = gensim_weights(c, norm, self.idf[t])
-            return np.ascontiguousarray((self._weights @ query).T), None  # float32 sums
+            return np.ascontiguousarray(product(self._weights, query, kernel=kernel).T), None  # float32 sums
         # Lucene: boost = query term count; boosts that are powers of two scale the unit
         # term scores exactly, the others are computed term by term.
         pow2 = (c & (c - 1)) == 0
         query = np.zeros((n_vocab, n_queries), dtype=np.float64)
         query[t[pow2], q[pow2]] = c[pow2]
-        scores = np.ascontiguousarray((self._unit @ query).T)  # float64 sums, as Lucene's
+        scores = np.ascontiguousarray(product(self._unit, query, kernel=kernel).T)  # float64 sums, as Lucene's
         if not pow2.all():
             if self._x_by_term is None:
-                self._x_by_term = self._x.tocsc()
+                self._x_by_term = self._x.by_column()
             xt = self._x_by_term
             for qi, ti, ci in zip(q[~pow2].tolist(), t[~pow2].tolist(), c[~pow2].tolist()):
                 lo, hi = xt.indptr[ti], xt.indptr[ti + 1]

@@ -29,10 +29,9 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 
-import scipy.sparse as sp
-
 from r2med.retrievers.bm25.analyzer import EnglishAnalyzer
 from r2med.retrievers.bm25.cores import default_workers
+from r2med.retrievers.bm25.sparse import CsrMatrix
 from r2med.retrievers.bm25.vocabulary import SliceCounts, merge_slice_counts, slice_counts
 
 logger = logging.getLogger(__name__)
@@ -122,7 +121,7 @@ def analyze_and_count(
     *,
     workers: int | None = None,
     on_progress: Callable[[int], None] | None = None,
-) -> tuple[list[str], sp.csr_matrix]:
+) -> tuple[list[str], CsrMatrix]:
     """Vocabulary (gensim order) and document x term counts of ``texts``, as ``count_matrix`` gives them.
 
     ``on_progress(n)`` is called as each slice of ``n`` texts is done.

@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from r2med.errors import DamagedFileError, InvalidInputError, MissingResourceError
 from r2med.io.atomic import write_atomic_digest
 from r2med.io.digest import Digest
 from r2med.io.verified import read_verified, read_verified_json, write_verified_json
+from r2med.retrievers.bm25.sparse import CsrMatrix
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "load_index", "save_index"]
 
@@ -36,7 +36,7 @@ def save_index(
     params: dict[str, Any],
     vocabulary: list[str],
     doc_ids: list[str] | None,
-    counts: sp.csr_matrix,
+    counts: CsrMatrix | Any,
 ) -> Path:
     """Write the term counts and metadata of an index into ``directory`` (created if needed)."""
     directory = Path(directory)
@@ -60,7 +60,7 @@ def save_index(
     return directory
 
 
-def load_index(directory: str | Path) -> tuple[dict[str, Any], sp.csr_matrix]:
+def load_index(directory: str | Path) -> tuple[dict[str, Any], CsrMatrix]:
     """Read what :func:`save_index` wrote: the metadata dict and the CSR count matrix.
 
     DamagedFileError (an InvalidInputError) when either file does not match its checksum or cannot be read.
@@ -85,10 +85,13 @@ def load_index(directory: str | Path) -> tuple[dict[str, Any], sp.csr_matrix]:
     except ValueError as exc:
         raise DamagedFileError(meta_path, f"does not record the checksum of {_ARRAYS} ({exc})") from exc
 
-    def read_arrays(path: Path) -> tuple[tuple[int, ...], sp.csr_matrix]:
+    def read_arrays(path: Path) -> tuple[tuple[int, ...], CsrMatrix]:
         with np.load(path, allow_pickle=False) as data:
             shape = tuple(int(x) for x in data["shape"])
-            return shape, sp.csr_matrix((data["counts"], data["indices"], data["indptr"]), shape=shape)
+            try:
+                return shape, CsrMatrix(data["counts"], data["indices"], data["indptr"], (shape[0], shape[1]))
+            except (ValueError, IndexError) as exc:  # arrays that make no CSR matrix of that shape
+                raise DamagedFileError(path, f"does not hold a count matrix ({exc})") from exc
 
     shape, counts = read_verified(arrays_path, read_arrays, expected=expected)
     if shape != (meta["n_docs"], len(meta["vocabulary"])):
@@ -96,5 +99,4 @@ def load_index(directory: str | Path) -> tuple[dict[str, Any], sp.csr_matrix]:
             f"{arrays_path}: matrix shape {shape} does not match {meta_path} "
             f"({meta['n_docs']} documents, {len(meta['vocabulary'])} terms); rebuild the index"
         )
-    counts.has_sorted_indices = True
     return meta, counts

@@ -15,7 +15,8 @@ from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 import numpy as np
-import scipy.sparse as sp
+
+from r2med.retrievers.bm25.sparse import CsrMatrix
 
 __all__ = [
     "SliceCounts",
@@ -54,7 +55,7 @@ def gensim_term_order(tokens_by_first_doc: Sequence[str], first_doc: np.ndarray)
     return np.asarray(order, dtype=np.int64)
 
 
-def count_matrix(token_lists: Sequence[Sequence[str]]) -> tuple[list[str], sp.csr_matrix]:
+def count_matrix(token_lists: Sequence[Sequence[str]]) -> tuple[list[str], CsrMatrix]:
     """The vocabulary (term strings by id) and the CSR matrix of term counts, one row per document.
 
     Rows have their column indices sorted (increasing term id). Empty documents are
@@ -146,7 +147,7 @@ def slice_counts(terms: list[str], ids: np.ndarray, lengths: np.ndarray) -> Slic
     return SliceCounts(list(terms), first_row.astype(np.int64), lengths, np.asarray(ids).astype(dtype))
 
 
-def merge_slice_counts(parts: Iterable[SliceCounts], *, workers: int | None = None) -> tuple[list[str], sp.csr_matrix]:
+def merge_slice_counts(parts: Iterable[SliceCounts], *, workers: int | None = None) -> tuple[list[str], CsrMatrix]:
     """Vocabulary (gensim order) and counts of the corpus the consecutive slices ``parts`` make up.
 
     The same result as ``count_matrix`` over the whole corpus. gensim numbers terms in order of the
@@ -190,13 +191,11 @@ def merge_slice_counts(parts: Iterable[SliceCounts], *, workers: int | None = No
     indptr = np.zeros(n_rows + 1, dtype=dtype)
     if row_counts:
         np.cumsum(np.concatenate(row_counts), out=indptr[1:])
-    counts = sp.csr_matrix(
-        (np.concatenate(values) if values else np.empty(0, dtype=np.int32),
-         np.concatenate(indices).astype(dtype, copy=False) if indices else np.empty(0, dtype=dtype), indptr),
-        shape=(n_rows, n_terms),
+    counts = CsrMatrix(
+        np.concatenate(values) if values else np.empty(0, dtype=np.int32),
+        np.concatenate(indices).astype(dtype, copy=False) if indices else np.empty(0, dtype=dtype), indptr,
+        (n_rows, n_terms),
     )
-    counts.has_sorted_indices = True
-    counts.has_canonical_format = True
     return vocabulary, counts
 
 
@@ -230,8 +229,9 @@ def _fit(array: np.ndarray, size: int) -> np.ndarray:
     return grown
 
 
-def matrix_from_ids(terms: list[str], ids: np.ndarray, lengths: np.ndarray) -> tuple[list[str], sp.csr_matrix]:
-    """Reorder provisional ids into gensim's ``Dictionary`` order and build the CSR count matrix."""
+def matrix_from_ids(terms: list[str], ids: np.ndarray, lengths: np.ndarray) -> tuple[list[str], CsrMatrix]:
+    """Reorder provisional ids into gensim's ``Dictionary`` order and build the CSR count matrix (each row's terms
+    in increasing id order, each once with its count)."""
     n_docs = len(lengths)
     indptr = np.zeros(n_docs + 1, dtype=np.int64)
     np.cumsum(lengths, out=indptr[1:])
@@ -248,12 +248,10 @@ def matrix_from_ids(terms: list[str], ids: np.ndarray, lengths: np.ndarray) -> t
         ids = remap[ids]
         terms = [terms[i] for i in order.tolist()]
     index_dtype = np.int32 if max(n_terms, n_tokens) < 2**31 else np.int64
-    counts = sp.csr_matrix(
-        (np.ones(n_tokens, dtype=np.int32), ids.astype(index_dtype), indptr.astype(index_dtype)),
-        shape=(n_docs, n_terms),
-    )
-    counts.sum_duplicates()  # sorts the indices of every row and merges repeats
-    return terms, counts
+    columns, values, per_row = _count_slice(np.arange(n_terms, dtype=np.int64), ids, lengths, n_terms)
+    indptr = np.zeros(n_docs + 1, dtype=index_dtype)
+    np.cumsum(per_row, out=indptr[1:])
+    return terms, CsrMatrix(values, columns.astype(index_dtype), indptr, (n_docs, n_terms))
 
 
 def query_term_counts(

@@ -29,7 +29,6 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -37,6 +36,7 @@ from typing import Any
 from r2med.errors import MissingResourceError, UsageError
 from r2med.hf import DTYPES, is_network_error, require_hub, unreachable_error
 from r2med.needs import GPU_PARAMS, Need, model_size
+from r2med.packaged import read_text
 from r2med.registry import Registry
 
 logger = logging.getLogger(__name__)
@@ -164,7 +164,7 @@ class ModelSpec:
 
 
 def _read_json(name: str) -> dict:
-    return json.loads(resources.files("r2med").joinpath(f"data/{name}").read_text(encoding="utf-8"))
+    return json.loads(read_text(name))
 
 
 def _instructions(entry: dict, protocol: dict, tasks: dict) -> tuple[dict, dict, str]:
