@@ -43,7 +43,7 @@ TOP_K, N_QUERIES, CONCURRENCY = 20, 50, 2
 # slots, measured: Qwen3-Reranker's 250 pairs took 235 s), 50 x 20 pairs are 1,000 requests for Qwen3-Reranker
 # (~8 to 15 min) and 2,000 for Rank1 (a trace and a forced answer each, ~14 min or more), past the suite's budget;
 # every query is still reranked
-RANK1_TOP_K, QWEN3_TOP_K = 3, 3
+RANK1_TOP_K, QWEN3_TOP_K = TOP_K, TOP_K
 DOC_MAXLEN, MAX_TOKENS = 24, 8  # ReasonRank: bytes per passage, tokens per answer
 RANK1_DOC_CHARS, RANK1_TRACE = 60, 1  # Rank1 and Qwen3-Reranker: characters per passage; Rank1: tokens per trace
 GEMMA_BYTE_OFFSET = 238  # Gemma-3's byte-fallback token <0xNN> has id 238 + NN (llama.cpp's /detokenize says so)
@@ -54,7 +54,7 @@ SRC = str(Path(__file__).resolve().parents[2] / "src")
 @pytest.fixture(scope="module")
 def gemma_url(tmp_path_factory):
     # two slots of 2,048 tokens; llama.cpp reuses each slot's prompt prefix (the query's part of the prompt)
-    yield from gemma_server(tmp_path_factory, n_ctx=4096, n_parallel=CONCURRENCY)
+    yield from gemma_server(tmp_path_factory, n_ctx=4096, n_parallel=CONCURRENCY, swa_full=True)
 
 
 def environment(home: Path) -> dict[str, str]:
