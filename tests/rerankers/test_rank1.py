@@ -329,7 +329,8 @@ def test_the_fallback_warning_comes_once_per_rerank_with_its_counts(caplog):
 
     docs = {"a": DOCS[0], "b": DOCS[1], "c": DOCS[2], "d": "Also unrelated."}
     prompt_d = authors_prompt(QUERY, docs["d"])
-    answers = {**CHAIN_ANSWERS, prompt_d: ("No", "length", {}), prompt_d + "\nNo\n</think>": ("", "length", {" yes": -1.0})}
+    answers = {**CHAIN_ANSWERS, prompt_d: ("No", "length", {}),
+               prompt_d + "\nNo\n</think>": ("", "length", {" yes": -1.0})}
     run = Run({"q": {"a": 4.0, "b": 3.0, "c": 2.0, "d": 1.0}})
     with CompletionsServer(answers) as server:
         reranker = PointwiseReranker("rank1", chain_scorer(server, concurrency=2), batch_size=1, cache_dir=None,
