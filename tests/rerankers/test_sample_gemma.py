@@ -1,8 +1,7 @@
 """ReasonRank, Rank1 and Qwen3-Reranker end to end on the bundled 50-query sample (``r2med datasets sample``): BM25's
-top k of every query reranked through llama.cpp (``xllamacpp``) serving Gemma-3 270M (one server for the module,
-two slots; ``tests/llm_helpers.py``), with small budgets so that the three fit in minutes on two cores. ReasonRank
-reranks the top 20 (one window per query); the pointwise two a shorter head (RANK1_TOP_K, QWEN3_TOP_K: 1,000 pairs
-would take 8 to 15 minutes or more here, see below).
+top 20 of every query reranked through llama.cpp (``xllamacpp``) serving Gemma-3 270M (one server for the module,
+two slots, ``--swa-full``; ``tests/llm_helpers.py``), with small budgets so that the three fit in minutes on two
+cores: ReasonRank one window per query, Rank1 and Qwen3-Reranker 1,000 pairs each.
 
 Each run is killed with SIGKILL midway and run again to the end; what went over the wire is counted through a proxy.
 Checked: the rerun sends no request the first run finished (by the response cache's keys, or for ReasonRank by the
@@ -16,7 +15,16 @@ Rank1 and Qwen3-Reranker read a copy of the sample whose passages are cut to RAN
 authors cut nothing, so it has no passage budget to set; Qwen3-Reranker's cut needs the served model's tokenizer,
 and Gemma's is not here: a byte-level one with Gemma's byte-token ids made each request 500 tokens that llama.cpp
 evaluated whole, 5 s a request here; the token-id cut is tested against a fake server in test_qwen3_reranker.py),
-RANK1_TRACE-token traces, then Rank1's forced one-token answer.
+RANK1_TRACE-token traces, then Rank1's forced one-token answer, sent right after its trace in the same slot.
+
+What a request costs (measured on this 2-core machine, one llama.cpp thread, two slots): a Qwen3-Reranker prompt is
+~129 Gemma tokens, of which the system prefix, instruction and query are shared by a query's pairs (pairs go query
+by query). Gemma-3's sliding-window layers keep only the window's last tokens unless llama.cpp gets ``--swa-full``,
+and then each prompt was evaluated whole: 0.57 s a pair, 1,000 pairs ~10 min for Qwen3-Reranker alone (hence the
+top 3 this test once reranked). With ``--swa-full`` a slot reuses the shared prefix and evaluates ~37 tokens: 0.19 s a
+Qwen3-Reranker pair, 0.21 s a Rank1 pair (a 63-token trace prompt, ~35 of it evaluated, and its forced answer, ~3).
+The module, run alone: 8 min 19 s wall (ReasonRank 91 s, Rank1 212 s, Qwen3-Reranker 192 s, each call the killed
+run and the rerun; the proxy adds ~3 ms a request, TCP_NODELAY on it changed nothing measurable).
 """
 
 from __future__ import annotations
@@ -39,11 +47,6 @@ from llm_helpers import gemma_server
 pytestmark = pytest.mark.slow
 
 TOP_K, N_QUERIES, CONCURRENCY = 20, 50, 2
-# the pointwise rerankers rerank a shorter head: at 0.4 to 0.9 s a request on this busy 2-core machine (two llama.cpp
-# slots, measured: Qwen3-Reranker's 250 pairs took 235 s), 50 x 20 pairs are 1,000 requests for Qwen3-Reranker
-# (~8 to 15 min) and 2,000 for Rank1 (a trace and a forced answer each, ~14 min or more), past the suite's budget;
-# every query is still reranked
-RANK1_TOP_K, QWEN3_TOP_K = 3, 3
 DOC_MAXLEN, MAX_TOKENS = 24, 8  # ReasonRank: bytes per passage, tokens per answer
 RANK1_DOC_CHARS, RANK1_TRACE = 60, 1  # Rank1 and Qwen3-Reranker: characters per passage; Rank1: tokens per trace
 GEMMA_BYTE_OFFSET = 238  # Gemma-3's byte-fallback token <0xNN> has id 238 + NN (llama.cpp's /detokenize says so)
@@ -54,7 +57,7 @@ SRC = str(Path(__file__).resolve().parents[2] / "src")
 @pytest.fixture(scope="module")
 def gemma_url(tmp_path_factory):
     # two slots of 2,048 tokens; llama.cpp reuses each slot's prompt prefix (the query's part of the prompt)
-    yield from gemma_server(tmp_path_factory, n_ctx=4096, n_parallel=CONCURRENCY)
+    yield from gemma_server(tmp_path_factory, n_ctx=4096, n_parallel=CONCURRENCY, swa_full=True)
 
 
 def environment(home: Path) -> dict[str, str]:
@@ -132,6 +135,12 @@ def kill_and_rerun(argv: list[str], home: Path, cache: Path, kill_after: int, pr
     return finished, before, proxy.answers[len(before):], second
 
 
+def shown(stderr: str) -> str:
+    """What a run printed, less its progress bars (the warnings, the nDCG line, the cost line)."""
+    found = (re.search(r"(r2med|scifact-sample): .*", line) for line in stderr.replace("\r", "\n").splitlines())
+    return "\n".join(match.group(0) for match in found if match is not None)
+
+
 def completions(answers) -> list[tuple[dict, dict]]:
     return [(body, usage) for path, body, usage in answers if path.endswith("/completions")]
 
@@ -207,7 +216,7 @@ def test_reasonrank_on_the_sample(gemma_url, sample, tmp_path):
     assert sorted(w["qid"] for w in windows) == sorted(bm25) and all(len(w["docids"]) == TOP_K for w in windows)
     cost = expected_cost(before, after, "windows", N_QUERIES, len(finished))
     assert f"scifact-sample: {cost}" in second.stderr, second.stderr[-3000:]
-    print(second.stderr[-1500:])
+    print(shown(second.stderr))
     # recomputed with --force, the proxy gone: every window from the cache, nothing sent, the same run
     run_file = out / "reranker" / "reasonrank-7b" / SYSTEM / "top_20" / "scifact-sample.run"
     reranked = run_file.read_bytes()
@@ -276,23 +285,24 @@ def test_rank1_on_the_sample(gemma_url, short_sample, tmp_path):
     proxy = CountingProxy(gemma_url)
     argv = ["rerank", "--run", str(first_stage), "--system", SYSTEM, "--reranker", "rank1-7b", "--llm-model", "gemma",
             "--base-url", proxy.base_url, "--max-tokens", str(RANK1_TRACE), "--concurrency", str(CONCURRENCY),
-            "--top-k", str(RANK1_TOP_K), "--data-dir", str(data), "--output", str(out)]
+            "--top-k", str(TOP_K), "--data-dir", str(data), "--output", str(out)]
     cache = home / "rerank" / "completions" / "gemma.jsonl"
     try:
         finished, before, after, second = kill_and_rerun(argv, home, cache, 60, proxy)
     finally:
         proxy.close()
     check_pointwise_resume(finished, before, after, cache, TASK)
-    check_result(out, "rank1-7b", bm25, second.stderr, RANK1_TOP_K)
+    check_result(out, "rank1-7b", bm25, second.stderr)
     # every pair's trace, and a forced answer for each trace that did not end in "</think> true|false"
     traces = [b for b, _ in completions(before + after) if b.get("stop")]  # the forced answers have no stop strings
-    assert len({identity(b) for b in traces}) == N_QUERIES * RANK1_TOP_K
-    manifest = json.loads((out / "reranker" / "rank1-7b" / SYSTEM / f"top_{RANK1_TOP_K}" / "scifact-sample.manifest.json").read_text())
+    assert len({identity(b) for b in traces}) == N_QUERIES * TOP_K
+    where = out / "reranker" / "rank1-7b" / SYSTEM / f"top_{TOP_K}"
+    manifest = json.loads((where / "scifact-sample.manifest.json").read_text())
     assert "reranker_stats" in json.dumps(manifest)
-    pairs = N_QUERIES * RANK1_TOP_K
+    pairs = N_QUERIES * TOP_K
     cost = expected_cost(before, after, "pairs", pairs, score_cached(second.stderr, finished, pairs))
     assert f"scifact-sample: {cost}" in second.stderr, second.stderr[-3000:]
-    print(second.stderr[-1500:])
+    print(shown(second.stderr))
 
 
 def test_qwen3_reranker_on_the_sample(gemma_url, short_sample, tmp_path):
@@ -303,21 +313,21 @@ def test_qwen3_reranker_on_the_sample(gemma_url, short_sample, tmp_path):
     proxy = CountingProxy(gemma_url)
     argv = ["rerank", "--run", str(first_stage), "--system", SYSTEM, "--reranker", "qwen3-reranker-0.6b",
             "--via-server", "--llm-model", "gemma", "--base-url", proxy.base_url, "--concurrency", str(CONCURRENCY),
-            "--top-k", str(QWEN3_TOP_K), "--data-dir", str(data), "--output", str(out)]
+            "--top-k", str(TOP_K), "--data-dir", str(data), "--output", str(out)]
     cache = home / "rerank" / "completions" / "gemma.jsonl"
     try:
         finished, before, after, second = kill_and_rerun(argv, home, cache, 60, proxy)
     finally:
         proxy.close()
     check_pointwise_resume(finished, before, after, cache, TASK)
-    check_result(out, "qwen3-reranker-0.6b", bm25, second.stderr, QWEN3_TOP_K)
+    check_result(out, "qwen3-reranker-0.6b", bm25, second.stderr)
     # one request per pair: the card's text (no tokenizer of Gemma here, so not cut: a warning says so)
     queries = {json.loads(line)["id"]: json.loads(line)["text"] for line in (data / "query.jsonl").read_text().splitlines()}
     corpus = {json.loads(line)["id"]: json.loads(line)["text"] for line in (data / "corpus.jsonl").read_text().splitlines()}
-    expected = {qwen3_prompt(queries[qid], corpus[doc]) for qid, docs in bm25.items() for doc in docs[:QWEN3_TOP_K]}
+    expected = {qwen3_prompt(queries[qid], corpus[doc]) for qid, docs in bm25.items() for doc in docs[:TOP_K]}
     assert {b["prompt"] for b, _ in completions(before + after)} == expected
     assert "each pair goes to the server whole, not cut to 8192 tokens" in second.stderr
-    pairs = N_QUERIES * QWEN3_TOP_K
+    pairs = N_QUERIES * TOP_K
     cost = expected_cost(before, after, "pairs", pairs, score_cached(second.stderr, finished, pairs))
     assert f"scifact-sample: {cost}" in second.stderr, second.stderr[-3000:]
-    print(second.stderr[-1500:])
+    print(shown(second.stderr))

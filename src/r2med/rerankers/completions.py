@@ -5,7 +5,9 @@ and read the top log-probabilities of the last generated position. :class:`Compl
 of such requests with at most ``concurrency`` in flight and appends each response to a ``ResponseCache`` under its
 request key (model, prompt, sampling, stop strings, logprobs, extra fields) the moment it arrives, before it is
 used: a run killed midway sends none of its finished requests again. The score cache of ``PointwiseReranker`` sits
-on top, so a pair scored once is not even looked up here again.
+on top, so a pair scored once is not even looked up here again. ``fetch_chains`` sends a request and, when its answer
+calls for one, a follow-up whose prompt extends it (Rank1's forced answer) back to back in the same one of the
+``concurrency`` slots, so that the server's slot still holds the shared prompt and evaluates only what was added.
 
 The package data ``r2med/data/pointwise_llm_prompts.json`` holds the authors' prompt texts with their file:line.
 """
@@ -16,7 +18,7 @@ import asyncio
 import json
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
@@ -92,6 +94,10 @@ class TextRequest:
         return self.prompt if isinstance(self.prompt, str) else list(self.prompt)
 
 
+#: a chain's rule: the follow-up request its request's record calls for (Rank1's forced answer), or None
+Follow = Callable[[TextRequest, Mapping[str, Any]], "TextRequest | None"]
+
+
 def record_of(result: ChatResult) -> dict[str, Any]:
     """What is kept of a response: its text, how it ended, its tokens and the top logprobs of its last position."""
     tops = result.top_logprobs or ()
@@ -154,6 +160,91 @@ class CompletionRequests:
                     self.cache.close()
         self._seen.update(out)
         return [out[key] for key in keys]
+
+    def fetch_chains(self, requests: Sequence[TextRequest],
+                     follow: Follow) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
+        """Per request, in order, its record and, when ``follow(request, record)`` names a follow-up request, the
+        follow-up's record (else None); ``follow`` must depend on nothing else. Each record comes from the cache, else
+        is requested and stored at once, as ``fetch`` does (same keys). A request that is sent and its follow-up go
+        back to back in one of the ``concurrency`` slots; a follow-up whose request was cached goes on its own."""
+        model, task = self.client.model, self.task
+        firsts = [(request.key(model, task), request) for request in requests]
+        found: dict[str, dict[str, Any]] = {}  # what the cache held
+        jobs: dict[str, tuple[TextRequest, bool]] = {}  # key -> (request, whether its follow-up may come after it)
+        for key, request in firsts:
+            hit = self._hit(key, found)
+            if hit is None:
+                jobs.setdefault(key, (request, True))
+                continue
+            then = follow(request, hit)
+            if then is not None and self._hit(then.key(model, task), found) is None:
+                jobs.setdefault(then.key(model, task), (then, False))
+        out: dict[str, dict[str, Any]] = {}
+        if jobs and self.cache is not None:  # before the first request: a cache another run is writing refuses it
+            self.cache.open_for_append()
+        if jobs:
+            try:
+                run_sync(lambda send: self._send_chains(jobs, follow, send),
+                         lambda key, record: self._store(key, record, out))
+            finally:
+                if self.cache is not None:  # its lock given back: the next run with this LLM may write it
+                    self.cache.close()
+        out.update(found)
+        results: list[tuple[dict[str, Any], dict[str, Any] | None]] = []
+        for key, request in firsts:
+            then = follow(request, out[key])
+            then_key = None if then is None else then.key(model, task)
+            if then_key is not None and then_key not in out:  # a follow-up the cache held (looked up, not sent)
+                hit = self._hit(then_key, found)
+                assert hit is not None, then_key  # the chain sent every follow-up the cache did not hold
+                out[then_key] = hit
+            results.append((out[key], None if then_key is None else out[then_key]))
+        self._seen.update(out)
+        return results
+
+    def _hit(self, key: str, found: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+        """The cache's record of ``key`` (kept in ``found`` and counted), or None."""
+        hit = found.get(key)
+        if hit is None and self.cache is not None:
+            hit = self.cache.get(key)
+        if hit is not None:
+            found[key] = hit
+            self.cached += 1
+        return hit
+
+    async def _send_chains(self, jobs: dict[str, tuple[TextRequest, bool]], follow: Follow, send: Any) -> None:
+        gate = asyncio.Semaphore(self.concurrency)
+        model, task = self.client.model, self.task
+        claimed = set(jobs)  # keys sent, or to be sent, by some chain
+
+        async def request_one(key: str, request: TextRequest) -> dict[str, Any]:
+            result = await self.client.complete_text(request.payload_prompt(), request.params, stop=request.stop,
+                                                     extra=dict(request.extra), logprobs=request.logprobs)
+            record = record_of(result)
+            send(key, record)
+            return record
+
+        async def chain(key: str, request: TextRequest, chained: bool) -> None:
+            async with gate:
+                record = await request_one(key, request)
+                then = follow(request, record) if chained else None
+                if then is None:
+                    return
+                then_key = then.key(model, task)
+                # another chain sends it, or the cache holds it (read back once all are done): not sent
+                if then_key in claimed or (self.cache is not None and then_key in self.cache):
+                    return
+                claimed.add(then_key)
+                await request_one(then_key, then)
+
+        chains = [asyncio.ensure_future(chain(key, request, chained)) for key, (request, chained) in jobs.items()]
+        try:
+            await asyncio.gather(*chains)
+        finally:  # the first failure stops the batch: what finished is stored, the rest is sent by the rerun
+            for job in chains:
+                job.cancel()
+            await asyncio.gather(*chains, return_exceptions=True)
+            await self.client.aclose()
 
     def _store(self, key: str, record: dict[str, Any], out: dict[str, dict[str, Any]]) -> None:
         if self.cache is not None:

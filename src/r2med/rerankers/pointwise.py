@@ -44,6 +44,14 @@ class ServedScorer(PairScorer, Protocol):
     def pair_tokens(self, query: str, document: str) -> tuple[int, int] | None: ...
 
 
+@runtime_checkable
+class FinishingScorer(PairScorer, Protocol):
+    """A ``PairScorer`` with something to say once a rerank's pairs are all scored (Rank1: how many got its fallback
+    score): ``finish()`` is called then, once per rerank that scored pairs."""
+
+    def finish(self) -> None: ...
+
+
 @dataclass(frozen=True)
 class PointwiseStats:
     """Pairs in the top k of all queries, how many distinct ones were found in the cache, how many were scored."""
@@ -174,4 +182,6 @@ class PointwiseReranker:
             bar.close()
             if cache is not None:
                 cache.put_many(pending)
+        if isinstance(self.scorer, FinishingScorer):  # after the progress bar, once
+            self.scorer.finish()
         return out

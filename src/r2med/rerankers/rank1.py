@@ -21,8 +21,8 @@ logprobs; ``allowed_token_ids`` is sent in the forced step only when their ids a
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from r2med.errors import UsageError
@@ -117,6 +117,7 @@ class Rank1Scorer:
         self.dataset_prompt = dataset_prompt
         self.extra = {"skip_special_tokens": bool(sampling["skip_special_tokens"])}
         self.counts = Rank1Counts()
+        self._reported = Rank1Counts()  # the counts at the last finish()
 
     def forced_params(self) -> SamplingParams:
         forced = fact("rank1", "forced_sampling")
@@ -153,24 +154,37 @@ class Rank1Scorer:
         forced = self.requests.lookup(self.forced_request(str(trace_request.prompt), trace.get("text") or ""))
         return tokens_of([trace, forced])
 
+    def follow_up(self, request: TextRequest, record: Mapping[str, Any]) -> TextRequest | None:
+        """The forced answer a trace's record calls for: None when its last position holds the answer."""
+        if rank1_score(record.get("last_top_logprobs")) is not None:
+            return None
+        return self.forced_request(str(request.prompt), record.get("text") or "")
+
     def score(self, queries: Sequence[str], documents: Sequence[str]) -> list[float]:
-        first = [self.trace_request(q, d) for q, d in zip(queries, documents)]
-        records = self.requests.fetch(first)
-        scores: list[float | None] = [rank1_score(r.get("last_top_logprobs")) for r in records]
-        unfinished = [i for i, s in enumerate(scores) if s is None]
-        self.counts.from_trace += len(scores) - len(unfinished)
-        if unfinished:
-            forced = self.requests.fetch([self.forced_request(str(first[i].prompt), records[i].get("text") or "")
-                                          for i in unfinished])
-            for i, record in zip(unfinished, forced):
-                value = rank1_score(record.get("last_top_logprobs"))
-                if value is None:
-                    self.counts.fallback += 1
-                    value = float(fact("rank1", "fallback_score"))
-                else:
-                    self.counts.forced += 1
-                scores[i] = value
-        if self.counts.fallback:
-            logger.warning("rank1: %d pairs so far got the authors' fallback score 0.5 (no ' true'/' false' among the "
-                           "forced answer's top %d logprobs)", self.counts.fallback, self.logprobs)
-        return [float(s) for s in scores]  # type: ignore[arg-type]
+        # each forced answer goes right after its own trace, in the trace's slot: the server's slot still holds the
+        # trace's prompt, which the forced prompt extends
+        chains = self.requests.fetch_chains([self.trace_request(q, d) for q, d in zip(queries, documents)],
+                                            self.follow_up)
+        scores: list[float] = []
+        for trace, forced in chains:
+            value = rank1_score((trace if forced is None else forced).get("last_top_logprobs"))
+            if forced is None:  # the trace held the answer (so value is not None)
+                self.counts.from_trace += 1
+            elif value is None:
+                self.counts.fallback += 1
+                value = float(fact("rank1", "fallback_score"))
+            else:
+                self.counts.forced += 1
+            scores.append(float(value))  # type: ignore[arg-type]
+        return scores
+
+    def finish(self) -> None:
+        """Once all pairs of a rerank are scored: a warning when some of those scored since the last call got the
+        fallback 0.5 (one line a rerank, not one a batch)."""
+        fallback = self.counts.fallback - self._reported.fallback
+        scored = (self.counts.from_trace + self.counts.forced + self.counts.fallback
+                  - self._reported.from_trace - self._reported.forced - self._reported.fallback)
+        self._reported = replace(self.counts)
+        if fallback:
+            logger.warning("rank1: %d of %d pairs scored got the authors' fallback score 0.5 (no ' true'/' false' "
+                           "among the forced answer's top %d logprobs)", fallback, scored, self.logprobs)
