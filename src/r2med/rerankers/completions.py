@@ -237,14 +237,7 @@ class CompletionRequests:
                 claimed.add(then_key)
                 await request_one(then_key, then)
 
-        chains = [asyncio.ensure_future(chain(key, request, chained)) for key, (request, chained) in jobs.items()]
-        try:
-            await asyncio.gather(*chains)
-        finally:  # the first failure stops the batch: what finished is stored, the rest is sent by the rerun
-            for job in chains:
-                job.cancel()
-            await asyncio.gather(*chains, return_exceptions=True)
-            await self.client.aclose()
+        await self._run_batch([chain(key, request, chained) for key, (request, chained) in jobs.items()])
 
     def _store(self, key: str, record: dict[str, Any], out: dict[str, dict[str, Any]]) -> None:
         if self.cache is not None:
@@ -261,10 +254,15 @@ class CompletionRequests:
                                                          extra=dict(request.extra), logprobs=request.logprobs)
             send(key, record_of(result))
 
-        tasks = [asyncio.ensure_future(one(key, request)) for key, request in todo.items()]
+        await self._run_batch([one(key, request) for key, request in todo.items()])
+
+    async def _run_batch(self, jobs: list[Any]) -> None:
+        """Run the coroutines ``jobs`` together; the first failure stops the batch (what finished is stored, the rest
+        is sent by the rerun), and the client is closed either way."""
+        tasks = [asyncio.ensure_future(job) for job in jobs]
         try:
             await asyncio.gather(*tasks)
-        finally:  # the first failure stops the batch: what finished is stored, the rest is sent by the rerun
+        finally:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
