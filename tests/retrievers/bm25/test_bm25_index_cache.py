@@ -95,3 +95,62 @@ def test_the_index_records_the_checksum_of_its_arrays(tmp_path):
 
     data = (tmp_path / "index.npz").read_bytes()
     assert meta["arrays"] == {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+
+
+# ------------------------------------------------------------------ the save runs in a thread while the search runs
+
+
+def test_a_save_that_fails_is_a_warning_and_the_run_is_kept(tiny, tmp_path, caplog, monkeypatch):
+    """A full disk under R2MED_HOME: the search's run is returned (the index is only a cache), the warning names the
+    folder and the error, nothing half-written is left, and the next run builds and saves the index."""
+    import errno
+
+    from r2med.retrievers.bm25 import persist
+
+    reference = _retrieve(tiny, None, caplog)
+    real = persist.np.savez
+
+    def full_disk(handle, **arrays):
+        handle.write(b"PK\x03\x04 partial")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(persist.np, "savez", full_disk)
+    run = _retrieve(tiny, tmp_path, caplog)
+    folder = tmp_path / index_key(tiny)
+    assert run == reference
+    assert "could not save the BM25 index" in caplog.text and str(folder) in caplog.text
+    assert "No space left on device" in caplog.text
+    assert list(folder.iterdir()) == []  # the temporary file was removed, no index.json marks anything complete
+    monkeypatch.setattr(persist.np, "savez", real)
+    assert _retrieve(tiny, tmp_path, caplog) == reference and caplog.text == ""
+    assert sorted(p.name for p in folder.iterdir()) == ["index.json", "index.npz"]
+
+
+def test_a_search_that_fails_waits_for_the_save_and_raises_its_own_error(tiny, tmp_path, caplog, monkeypatch):
+    """The search's error is what the caller gets; the save it overlapped finished, and the next run reuses it."""
+    import threading
+
+    started, release = threading.Event(), threading.Event()
+    real_save = BM25Index.save
+
+    def slow_save(self, directory):
+        started.set()
+        assert release.wait(10)
+        return real_save(self, directory)
+
+    def failing_search(self, qids, tokens, k):
+        assert started.wait(10)  # the save is under way
+        release.set()
+        raise InvalidInputError("search failed")
+
+    monkeypatch.setattr(BM25Index, "save", slow_save)
+    monkeypatch.setattr(BM25Index, "search_run", failing_search)
+    with pytest.raises(InvalidInputError, match="search failed"):
+        _retrieve(tiny, tmp_path, caplog)
+    folder = tmp_path / index_key(tiny)
+    assert sorted(p.name for p in folder.iterdir()) == ["index.json", "index.npz"]  # the save was waited for
+    monkeypatch.undo()
+    reference = _retrieve(tiny, None, caplog)
+    with caplog.at_level(logging.INFO, logger="r2med"):
+        assert BM25Retriever(cache_dir=tmp_path, progress=False, workers=1).retrieve(tiny, top_k=3) == reference
+    assert "reusing the BM25 index" in caplog.text

@@ -75,6 +75,16 @@ def test_empty_matrices_and_blocks():
         CsrMatrix(np.ones(2), np.array([0, 1]), np.array([1, 2, 2]), (2, 2))  # the first row does not start at 0
 
 
+def test_row_sums_with_empty_rows_first_inside_and_last():
+    """reduceat gives an empty row the value at its start; row_sums gives 0 (worked out by hand)."""
+    counts = CsrMatrix(np.array([2, 3, 4, 1], dtype=np.int32), np.array([0, 2, 1, 2]),
+                       np.array([0, 0, 2, 2, 4, 4]), (5, 3))
+    assert counts.row_sums().tolist() == [0, 5, 0, 5, 0] and counts.row_sums().dtype == np.int64
+    assert CsrMatrix(np.empty(0, dtype=np.int32), np.empty(0, dtype=np.int64), np.zeros(3, dtype=np.int64),
+                     (2, 4)).row_sums().tolist() == [0, 0]
+    assert CsrMatrix(np.array([0.5, 0.25]), np.array([0, 1]), np.array([0, 0, 2]), (2, 2)).row_sums().tolist() == [0.0, 0.75]
+
+
 def test_matrix_helpers_equal_scipys():
     rng = np.random.default_rng(7)
     matrix = random_csr(rng, 50, 30, np.float64)

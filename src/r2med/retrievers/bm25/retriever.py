@@ -5,6 +5,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -90,26 +93,51 @@ class BM25Retriever:
 
     def index(self, dataset: Dataset) -> BM25Index:
         """The dataset's index: loaded from the cache when its key matches, else built (and saved)."""
+        with self._indexed(dataset) as index:
+            return index
+
+    @contextmanager
+    def _indexed(self, dataset: Dataset) -> Iterator[BM25Index]:
+        """``index(dataset)``, saving a newly built index in a thread while the block runs (a search: the save,
+        mostly file writes, fsync and hashing, runs without the GIL); the block's end waits for the save.
+
+        The saved index is a cache: a save that fails with an ``OSError`` (a full or read-only disk) is a warning,
+        and what the block computed is kept. An error of the block itself is raised after the save has finished
+        (atomic writes: an interrupted save leaves no partial index)."""
         folder = self.cache_dir / index_key(dataset) if self.cache_dir is not None else None
         if folder is not None and (folder / "index.json").is_file():
             try:
                 index = BM25Index.load(folder, params=self.params, workers=self.workers)
-                logger.info("%s: reusing the BM25 index in %s", dataset.name, folder)
-                return index
             except R2MedError as exc:
                 logger.warning("%s: the cached BM25 index is unusable (%s); rebuilding it", dataset.name, exc)
+            else:
+                logger.info("%s: reusing the BM25 index in %s", dataset.name, folder)
+                yield index
+                return
         index = self._build(dataset)
-        if folder is not None:
-            index.save(folder)
+        if folder is None:
+            yield index
+            return
+        with ThreadPoolExecutor(1, thread_name_prefix="r2med-bm25-save") as pool:
+            saved = pool.submit(index.save, folder)
+            try:
+                yield index
+            finally:
+                wait([saved])
+        try:
+            saved.result()
+        except OSError as exc:
+            logger.warning("%s: could not save the BM25 index in %s (%s); it will be built again next time",
+                           dataset.name, folder, exc)
+        else:
             logger.info("%s: saved the BM25 index in %s", dataset.name, folder)
-        return index
 
     def retrieve(self, dataset: Dataset, *, top_k: int = 100) -> Run:
         """Top ``top_k`` documents of every query (ties: see ``BM25Index.search_run``)."""
-        index = self.index(dataset)
-        qids = list(dataset.queries)
-        tokens = self.analyzer.analyze_many([dataset.queries[q] for q in qids])
-        return Run(index.search_run(qids, tokens, k=top_k), name=self.name)
+        with self._indexed(dataset) as index:
+            qids = list(dataset.queries)
+            tokens = self.analyzer.analyze_many([dataset.queries[q] for q in qids])
+            return Run(index.search_run(qids, tokens, k=top_k), name=self.name)
 
     def retrieve_expanded(
         self, dataset: Dataset, prepared: PreparedQueries, *, top_k: int = 100, composition: str | None = None

@@ -95,9 +95,13 @@ class CsrMatrix:
         >>> CsrMatrix(np.array([1, 2, 3]), np.array([0, 1, 0]), np.array([0, 2, 2, 3]), (3, 2)).row_sums().tolist()
         [3, 0, 3]
         """
-        running = np.zeros(self.nnz + 1, dtype=np.int64 if self.data.dtype.kind in "iub" else np.float64)
-        np.cumsum(self.data, out=running[1:])
-        return running[self.indptr[1:]] - running[self.indptr[:-1]]
+        data = self.data.astype(np.int64 if self.data.dtype.kind in "iub" else np.float64, copy=False)
+        starts = np.asarray(self.indptr[:-1], dtype=np.int64)
+        filled = starts < np.asarray(self.indptr[1:], dtype=np.int64)  # reduceat gives an empty row data[start]
+        sums = np.zeros(self.shape[0], dtype=data.dtype)
+        if filled.any():
+            sums[filled] = np.add.reduceat(data, starts[filled])  # one pass, no running-sum array of nnz items
+        return sums
 
     def toarray(self) -> np.ndarray:
         """The dense matrix."""
