@@ -132,7 +132,7 @@ def read_corpus(lines: HashingLines) -> tuple[list[str], list[str]]:
         # the common row, checked inline (a string id that passes the id rule, a string text that is not blank, no
         # title or a string one); any other row goes through the checks that word the problems
         if (type(did) is str and type(text) is str and did and did.isprintable() and " " not in did
-                and (title is None or type(title) is str) and text.strip()):
+                and (title is None or type(title) is str) and text and not text.isspace()):  # strip() would copy it
             if title is not None and title.strip():
                 text = f"{title} {text}"
         else:

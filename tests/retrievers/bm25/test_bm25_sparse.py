@@ -82,7 +82,8 @@ def test_row_sums_with_empty_rows_first_inside_and_last():
     assert counts.row_sums().tolist() == [0, 5, 0, 5, 0] and counts.row_sums().dtype == np.int64
     assert CsrMatrix(np.empty(0, dtype=np.int32), np.empty(0, dtype=np.int64), np.zeros(3, dtype=np.int64),
                      (2, 4)).row_sums().tolist() == [0, 0]
-    assert CsrMatrix(np.array([0.5, 0.25]), np.array([0, 1]), np.array([0, 0, 2]), (2, 2)).row_sums().tolist() == [0.0, 0.75]
+    floats = CsrMatrix(np.array([0.5, 0.25]), np.array([0, 1]), np.array([0, 0, 2]), (2, 2))
+    assert floats.row_sums().tolist() == [0.0, 0.75]
 
 
 def test_matrix_helpers_equal_scipys():
