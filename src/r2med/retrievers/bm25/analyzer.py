@@ -216,8 +216,7 @@ class EnglishAnalyzer:
         in_order = present[np.argsort(first[present], kind="stable")]
         local = np.empty(len(self._id_terms), dtype=np.int64)
         local[in_order] = np.arange(len(in_order), dtype=np.int64)
-        terms = self._id_terms
-        return [terms[i] for i in in_order.tolist()], local[ids], counts
+        return list(map(self._id_terms.__getitem__, in_order.tolist())), local[ids], counts
 
     def _chunk_term_ids(self, chunk: str) -> tuple[int, ...]:
         """Lifetime term ids of one chunk (what the chunk table stores)."""

@@ -42,6 +42,8 @@ _SHORT = 16  # longest chunk (in bytes) keyed by its two words
 _MASK_1 = _LOW_BYTES[np.minimum(np.arange(_SHORT + 1), 8)]
 _MASK_2 = _LOW_BYTES[np.clip(np.arange(_SHORT + 1) - 8, 0, 8)]
 _FIRST_BITS = 16
+#: the key of every chunk longer than 16 bytes in ``_short_chunks`` (its bytes are 0xFF, never in UTF-8)
+_NO_CHUNK = np.uint64(0xFFFFFFFFFFFFFFFF)
 _M1 = np.uint64(0x9E3779B97F4A7C15)
 _M2 = np.uint64(0xC2B2AE3D27D4EB4F)
 _M3 = np.uint64(0xBF58476D1CE4E5B9)
@@ -118,14 +120,11 @@ class ChunkTable:
         text_starts[1:] += 1
         chunk_bounds = np.searchsorted(starts, text_starts)  # the chunks of text i: chunk_bounds[i]:chunk_bounds[i+1]
 
-        chunk = np.empty(len(starts), dtype=np.int64)
         lengths = ends - starts
-        short = lengths <= _SHORT
-        if short.all():
-            chunk[:] = self._short_chunks(raw, buffer, starts, lengths)
-        else:
-            chunk[short] = self._short_chunks(raw, buffer, starts[short], lengths[short])
-            chunk[~short] = self._long_chunks(buffer, starts[~short], ends[~short])
+        long = np.flatnonzero(lengths > _SHORT)  # about 1 chunk in 100: their positions, not masks over all chunks
+        chunk = self._short_chunks(raw, buffer, starts, lengths, long)
+        if len(long):
+            chunk[long] = self._long_chunks(buffer, starts[long], ends[long])
 
         count = self._term_count[chunk]
         ends_of_terms = np.cumsum(count)
@@ -142,12 +141,18 @@ class ChunkTable:
 
     # ------------------------------------------------------------------ short chunks: the hash table
 
-    def _short_chunks(self, raw: np.ndarray, buffer: bytes, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-        """Chunk ids of chunks of at most 16 bytes, adding the new ones."""
+    def _short_chunks(
+        self, raw: np.ndarray, buffer: bytes, starts: np.ndarray, lengths: np.ndarray, skip: np.ndarray
+    ) -> np.ndarray:
+        """Chunk ids of the chunks of at most 16 bytes, adding the new ones; the positions ``skip`` (the longer
+        chunks, which the caller fills in) hold -1."""
         # every byte offset of the buffer read as a little-endian 64-bit word (unaligned, no copy)
         words = np.ndarray(shape=(len(raw) - 8,), dtype="<u8", buffer=buffer, offset=0, strides=(1,))
-        k1 = words[starts] & _MASK_1.take(lengths)
-        k2 = words[starts + 8] & _MASK_2.take(lengths)
+        k1 = words[starts] & _MASK_1.take(lengths, mode="clip")
+        k2 = words[starts + 8] & _MASK_2.take(lengths, mode="clip")
+        if len(skip):  # one key no chunk has (UTF-8 has no byte 0xFF): it takes a slot whose chunk id stays -1
+            k1[skip] = _NO_CHUNK
+            k2[skip] = _NO_CHUNK
         while True:
             slots = self._insert(k1, k2)
             if slots is not None:
@@ -155,6 +160,8 @@ class ChunkTable:
             self._grow()
         chunk = self._chunk_of_slot[slots]
         new = np.flatnonzero(chunk < 0)
+        if len(skip):
+            new = new[k1[new] != _NO_CHUNK]
         if len(new):
             marked = np.zeros(len(self._k1), dtype=bool)
             marked[slots[new]] = True

@@ -174,7 +174,7 @@ def merge_slice_counts(parts: Iterable[SliceCounts], *, workers: int | None = No
         remap = np.fromiter(map(provisional.__getitem__, part.terms), dtype=np.int64, count=len(part.terms))
         new = np.flatnonzero(remap >= known)  # the terms new to the corpus, in order of first occurrence
         if len(new):
-            new_terms = [part.terms[i] for i in new.tolist()]
+            new_terms = list(map(part.terms.__getitem__, new.tolist()))
             order = gensim_term_order(new_terms, part.first_row[new])
             final_of = _fit(final_of, len(provisional))
             final_of[remap[new[order]]] = np.arange(len(vocabulary), len(vocabulary) + len(new), dtype=np.int64)
