@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from conftest import shared_path
 from r2med.retrievers.bm25 import parallel
@@ -50,3 +51,35 @@ def test_merged_slices_equal_one_pass_on_hand_made_slices():
         assert m_counts.data.tolist() == counts.data.tolist()
     empty_vocab, empty = merge_slice_counts([])
     assert empty_vocab == [] and empty.shape == (0, 0)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_garbage_collector_is_paused_and_resumed_as_it_was(workers, monkeypatch):
+    """Paused during the analysis, enabled again after it (also when it fails); left off when it was off."""
+    import gc
+
+    from r2med.retrievers.bm25 import parallel
+
+    seen = []
+    real = parallel._analyze_and_count
+
+    def spy(*args, **kwargs):
+        seen.append(gc.isenabled())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(parallel, "_analyze_and_count", spy)
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_TEXTS", 1)
+    monkeypatch.setattr(parallel, "_SLICE", 1)  # with 2 workers: one text primed here, the next by a forked worker
+    texts = ["Dogs bark", "A dog", "Cats purr"]
+    assert gc.isenabled()
+    parallel.analyze_and_count(texts, EnglishAnalyzer(), workers=workers)
+    assert seen == [False] and gc.isenabled()
+    with pytest.raises(TypeError):
+        parallel.analyze_and_count(["ok", 3, "fine"], EnglishAnalyzer(), workers=workers)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        parallel.analyze_and_count(texts, EnglishAnalyzer(), workers=workers)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

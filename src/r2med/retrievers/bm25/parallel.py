@@ -126,10 +126,26 @@ def analyze_and_count(
 
     ``on_progress(n)`` is called as each slice of ``n`` texts is done.
 
+    The cyclic garbage collector is paused meanwhile (the analysis makes many small acyclic tuples, and every
+    collection of the oldest generation would walk the whole process, the loaded corpus included: 9% of the
+    priming's time on the synthetic corpus) and resumed as it was, however this returns.
+
     >>> vocab, counts = analyze_and_count(["Dogs bark", "A dog"], EnglishAnalyzer(), workers=1)
     >>> vocab, counts.toarray().tolist()
     (['bark', 'dog'], [[1, 1], [0, 1]])
     """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _analyze_and_count(texts, analyzer, workers=workers, on_progress=on_progress)
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _analyze_and_count(
+    texts: Sequence[str], analyzer: EnglishAnalyzer, *, workers: int | None, on_progress: Callable[[int], None] | None
+) -> tuple[list[str], CsrMatrix]:
     global _TEXTS, _ANALYZER
     workers = default_workers() if workers is None else max(1, workers)
     bounds = [(s, min(s + _SLICE, len(texts))) for s in range(0, len(texts), _SLICE)]
