@@ -17,7 +17,7 @@ from reporting_helpers import run, write_official_tree
 
 from conftest import SHARED
 from r2med.cli import main
-from r2med.reporting.leaderboard import pct
+from r2med.reporting.tables import pct
 
 SCIFACT = {"bm25": 0.67075, "bm25-lucene": 0.67891}
 

@@ -8,7 +8,8 @@ import io
 import numpy as np
 from reporting_helpers import run
 
-from r2med.reporting.leaderboard import Row, format_leaderboard
+from r2med.reporting.board import format_leaderboard
+from r2med.reporting.leaderboard import Row
 from r2med.reporting.tables import csv_cell, markdown_table
 from r2med.store.results import SystemPath, write_result
 from r2med.types import Run, Scores

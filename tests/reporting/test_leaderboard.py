@@ -13,7 +13,8 @@ import pytest
 from reporting_helpers import PROTOCOL_AVERAGES, REPORTING, package_results, run, write_official_tree
 
 from r2med.datasets.catalog import dataset_names
-from r2med.reporting.leaderboard import SystemResults, build_rows, discover, pct
+from r2med.reporting.leaderboard import SystemResults, build_rows, discover
+from r2med.reporting.tables import pct
 
 
 @pytest.fixture(scope="module")

@@ -69,7 +69,8 @@ def default_result_dirs(given: Sequence[Path], with_paper: bool) -> list[Path]:
 
 def cmd_leaderboard(args: argparse.Namespace) -> int:
     from r2med.reporting.breakdown import by_body_system, by_task
-    from r2med.reporting.leaderboard import format_leaderboard, gather, rows_of
+    from r2med.reporting.board import format_leaderboard
+    from r2med.reporting.leaderboard import gather, rows_of
 
     fmt = output_format(args)
     systems = gather(default_result_dirs(args.result_dirs, args.with_paper), with_paper=args.with_paper)
@@ -85,7 +86,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
 
 def register(subparsers, common_parent: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     from r2med.reporting.breakdown import BY
-    from r2med.reporting.leaderboard import FORMATS
+    from r2med.reporting.board import FORMATS
 
     parser = add_command_parser(
         subparsers, common_parent, "leaderboard",

@@ -29,7 +29,8 @@ from r2med.errors import InvalidInputError, MissingResourceError, R2MedError, Us
 from r2med.io.jsonsafe import JSONLimitError, loads
 from r2med.reporting.breakdown import by_body_system, by_task, dataset_dir, task_members
 from r2med.reporting.compare import SystemSource, compare_systems, comparison_rows
-from r2med.reporting.leaderboard import Row, SystemResults, board, discover, legend_text, paper_results, rows_of
+from r2med.reporting.board import board, legend_text
+from r2med.reporting.leaderboard import Row, SystemResults, discover, paper_results, rows_of
 from r2med.reporting.plots import leaderboard_svg, win_loss_svg
 from r2med.reporting.render import render_template
 from r2med.reporting.tables import pct
