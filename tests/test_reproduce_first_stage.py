@@ -179,12 +179,12 @@ def test_a_url_is_downloaded_once_checksummed_and_a_changed_download_refused(cli
 
 def test_the_authors_runs_are_checked_against_the_digests_r2med_knows(cli, tmp_path, eight, runs, server,
                                                                      reasonrank_standin, monkeypatch):
-    from r2med import reproduce
+    from r2med import first_stages
 
     record = {"description": "the test's E5 top-100 runs", "system": "e5", "paper_row": "base retriever/e5",
               "url": server, "files": {name: {"sha256": hashlib.sha256(RUN.encode()).hexdigest(), "size": len(RUN)}
                                        for name in dataset_names()}}
-    monkeypatch.setattr(reproduce, "_first_stages", lambda: {"runs": {"authors-e5": record}})
+    monkeypatch.setattr(first_stages, "_first_stages", lambda: {"runs": {"authors-e5": record}})
     result = _reproduce(cli, eight, tmp_path / "out", "authors")
     assert result.code == 1, result.err
     assert result.out.splitlines()[0] == ("first stage: the test's E5 top-100 runs, evaluated before reranking, beside "
@@ -195,7 +195,7 @@ def test_the_authors_runs_are_checked_against_the_digests_r2med_knows(cli, tmp_p
 
 
 def test_the_packaged_authors_runs():
-    from r2med.reproduce import published_first_stage
+    from r2med.first_stages import published_first_stage
 
     known = published_first_stage("authors")
     assert set(known["files"]) == set(dataset_names()) and known["system"] == "e5"

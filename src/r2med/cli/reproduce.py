@@ -104,7 +104,7 @@ def _reproduce(plan, args: argparse.Namespace) -> int:
     settings = get_settings()
     first = None
     if args.first_stage is not None:
-        from r2med.reproduce import resolve_first_stage
+        from r2med.first_stages import resolve_first_stage
 
         names = [name for name, _ in locate(args.tasks, data_dir=args.data_dir, settings=settings)]
         get = None
@@ -204,7 +204,8 @@ def _first_stage_table(plan, first, args: argparse.Namespace, settings) -> dict:
     """The stored first stage evaluated before the reranker runs, beside the paper's row of its retriever."""
     from r2med.datasets import dataset_loaders
     from r2med.reporting.official import is_published, published
-    from r2med.reproduce import compare, evaluate_first_stage
+    from r2med.first_stages import evaluate_first_stage
+    from r2med.reproduce import compare
 
     loaders = dataset_loaders(list(args.tasks) if args.tasks else None, data_dir=args.data_dir, settings=settings)
     paper_row = plan.first_stage_system
