@@ -1,4 +1,5 @@
-"""The NumPy chunk table behind ``EnglishAnalyzer.term_ids``: exact keys, growth, long chunks, failures."""
+"""The chunk tables behind ``EnglishAnalyzer.term_ids`` (BM25's C kernel and its NumPy twin): exact keys, growth,
+long chunks, failures. Every test runs on both."""
 
 from __future__ import annotations
 
@@ -9,14 +10,27 @@ import numpy as np
 import pytest
 
 from r2med.retrievers.bm25 import chunks as chunks_module
+from r2med.retrievers.bm25 import kernel
 from r2med.retrievers.bm25.analyzer import EnglishAnalyzer
-from r2med.retrievers.bm25.chunks import SEPARATOR_BYTES, ChunkTable
+from r2med.retrievers.bm25.chunks import SEPARATOR_BYTES, NativeChunkTable, NumpyChunkTable
 from r2med.retrievers.bm25.tokenizer import char_class
 from r2med.retrievers.bm25.vocabulary import provisional_ids
 
 
+ChunkTable = NativeChunkTable | NumpyChunkTable
+
+
+@pytest.fixture(params=["native", "numpy"])
+def make(request, monkeypatch):
+    """A chunk table class: the C kernel's, or NumPy's (with the kernel hidden, as where it was not built)."""
+    if request.param == "numpy":
+        monkeypatch.setattr(kernel, "native", None)
+        return NumpyChunkTable
+    return NativeChunkTable
+
+
 class Recorder:
-    """``analyse`` for a ChunkTable: a chunk's terms are its code points; records every call."""
+    """``analyse`` for a chunk table: a chunk's terms are its code points; records every call."""
 
     def __init__(self) -> None:
         self.calls: list[str] = []
@@ -42,12 +56,12 @@ def test_separators_are_exactly_the_ascii_bytes_lucene_never_keeps():
     assert all(char_class(chr(b)) == "OTHER" for b in SEPARATOR_BYTES)
 
 
-def test_keys_are_exact_at_every_length_around_the_word_boundaries():
+def test_keys_are_exact_at_every_length_around_the_word_boundaries(make):
     # chunks of 1..40 bytes that differ only in their last byte, or only in length
     words = ["x" * n for n in range(1, 41)] + ["x" * (n - 1) + "y" for n in range(1, 41)]
     words += ["é" * n for n in range(1, 12)] + ["x" * 15 + "é", "x" * 16 + "é", "x" * 7 + "é"]  # 2-byte characters
     recorder = Recorder()
-    table = ChunkTable(recorder)
+    table = make(recorder)
     texts = [" ".join(words), " ".join(reversed(words)), "\t".join(words * 2)]
     assert run(table, texts) == expected(texts)
     assert sorted(recorder.calls) == sorted(words)  # each chunk analysed once, none confused with another
@@ -55,29 +69,29 @@ def test_keys_are_exact_at_every_length_around_the_word_boundaries():
     assert len(recorder.calls) == len(words)
 
 
-def test_every_separator_cuts_and_nothing_else_does():
+def test_every_separator_cuts_and_nothing_else_does(make):
     texts = ["a" + chr(b) + "b" for b in SEPARATOR_BYTES] + ["a\u00a0b a\u202fb a\u3000b a\u2028b"]
     recorder = Recorder()
-    ids, lengths = run(ChunkTable(recorder), texts)
+    ids, lengths = run(make(recorder), texts)
     assert (ids, lengths) == expected(texts)
     assert sorted(set(recorder.calls)) == sorted({"a", "b", "a\u00a0b", "a\u202fb", "a\u3000b", "a\u2028b"})
 
 
-def test_empty_texts_texts_of_separators_and_no_texts():
-    table = ChunkTable(Recorder())
+def test_empty_texts_texts_of_separators_and_no_texts(make):
+    table = make(Recorder())
     assert run(table, []) == ([], [])
     texts = ["", " ", "\n\n", "a", "", "\x00", "b c", ""]
     assert run(table, texts) == expected(texts)
 
 
-def test_surrogates_emoji_and_supplementary_characters_round_trip():
+def test_surrogates_emoji_and_supplementary_characters_round_trip(make):
     texts = ["\ud800x \udfff", "😀👍🏻 𝛼𝛽", "ab\ud83dcd" * 3]
     recorder = Recorder()
-    assert run(ChunkTable(recorder), texts) == expected(texts)
+    assert run(make(recorder), texts) == expected(texts)
     assert "\ud800x" in recorder.calls
 
 
-def test_the_table_grows_and_keeps_its_chunk_ids():
+def test_the_table_grows_and_keeps_its_chunk_ids(make):
     rng = random.Random(7)
     # 220,000 distinct chunks of 1-15 bytes (past three quarters of 2**16 slots, then of 2**18) and 2,000 long ones
     words = [format(i * 2654435761 % 2**40, "x") for i in range(220_000)]  # distinct: an odd multiplier mod 2**40
@@ -85,11 +99,13 @@ def test_the_table_grows_and_keeps_its_chunk_ids():
     rng.shuffle(words)
     texts = [" ".join(words[i:i + 500]) for i in range(0, len(words), 500)]
     recorder = Recorder()
-    table = ChunkTable(recorder)
+    table = make(recorder)
     first = run(table, texts[:40])
-    assert table._bits == 16
+    if make is NumpyChunkTable:
+        assert table._bits == 16
     grown = run(table, texts)
-    assert table._bits == 20  # grown twice
+    if make is NumpyChunkTable:
+        assert table._bits == 20  # grown twice
     assert grown == expected(texts)
     assert first == expected(texts[:40])
     assert len(recorder.calls) == len(words) == len(set(recorder.calls))
@@ -97,7 +113,7 @@ def test_the_table_grows_and_keeps_its_chunk_ids():
     assert len(recorder.calls) == len(words)
 
 
-def test_a_failing_analysis_leaves_the_table_usable():
+def test_a_failing_analysis_leaves_the_table_usable(make):
     class Flaky(Recorder):
         fail = True
 
@@ -107,7 +123,7 @@ def test_a_failing_analysis_leaves_the_table_usable():
             return super().__call__(chunk)
 
     flaky = Flaky()
-    table = ChunkTable(flaky)
+    table = make(flaky)
     for text in ("ok boom ok", "ok " + "x" * 30):
         with pytest.raises(RuntimeError):
             table.term_ids([text])
@@ -116,18 +132,19 @@ def test_a_failing_analysis_leaves_the_table_usable():
     assert run(table, texts) == expected(texts)
 
 
-def test_non_strings_are_named():
+def test_non_strings_are_named(make):
     with pytest.raises(TypeError, match=r"texts\[2\] must be str, got NoneType"):
-        ChunkTable(Recorder()).term_ids(["a", "b", None])
+        make(Recorder()).term_ids(["a", "b", None])
 
 
-def test_term_ids_equal_the_analyzer_on_random_texts_across_many_batches():
+def test_term_ids_equal_the_analyzer_on_random_texts_across_many_batches(make):
     rng = random.Random(11)
     pieces = ["dogs", "Dog's", "U.S.A.", "3.5mg", "1,000", "e-mail", "a.b@c.org", "x\u202fy", "日本", "ｶﾀｶﾅ",
               "😀", "(patients),", "the", "IS", "\x00", "\x7f", "é", "o'neil's", "x" * 300, "TNF-α", "\ud800"]
     seps = [" ", "  ", "\t", "\n", "\u00a0", "\u3000", "", "\x1f"]
     texts = ["".join(rng.choice(pieces) + rng.choice(seps) for _ in range(rng.randint(0, 30))) for _ in range(800)]
     analyzer = EnglishAnalyzer()
+    assert isinstance(analyzer.chunk_table, make)
     for start in range(0, len(texts), 97):  # many batches through one lifetime table
         batch = texts[start:start + 97]
         terms, ids, lengths = analyzer.term_ids(batch)

@@ -1,4 +1,5 @@
-"""Analysing and counting on several processes gives exactly the single-process vocabulary and counts."""
+"""Analysing and counting a corpus gives exactly the vocabulary and counts of one pass over its token lists: with
+BM25's C kernel (one process, lookups on a thread) and with NumPy (forked workers, or one process)."""
 
 from __future__ import annotations
 
@@ -8,25 +9,39 @@ import numpy as np
 import pytest
 
 from conftest import shared_path
-from r2med.retrievers.bm25 import parallel
+from r2med.retrievers.bm25 import kernel, parallel
 from r2med.retrievers.bm25.analyzer import EnglishAnalyzer
+from r2med.retrievers.bm25.chunks import NativeChunkTable
 from r2med.retrievers.bm25.vocabulary import count_matrix
 
 
-def test_parallel_counts_equal_serial_counts(monkeypatch):
+@pytest.fixture(params=["native", "numpy"])
+def engine(request, monkeypatch):
+    """BM25's C kernel, or NumPy's path (the kernel hidden, as where it was not built)."""
+    if request.param == "numpy":
+        monkeypatch.setattr(kernel, "native", None)
+    return request.param
+
+
+def test_parallel_counts_equal_serial_counts(engine, monkeypatch):
     texts = [json.loads(line)["text"] for line in shared_path("data", "scifact", "corpus.jsonl").read_text().splitlines()]
     vocab, counts = count_matrix(EnglishAnalyzer().analyze_many(texts))
     monkeypatch.setattr(parallel, "MIN_PARALLEL_TEXTS", 1)
     monkeypatch.setattr(parallel, "_SLICE", 700)  # several slices per worker, new terms in every slice
     seen = []
-    p_vocab, p_counts = parallel.analyze_and_count(texts, EnglishAnalyzer(), workers=2, on_progress=seen.append)
+    analyzer = EnglishAnalyzer()
+    assert isinstance(analyzer.chunk_table, NativeChunkTable) == (engine == "native")
+    p_vocab, p_counts = parallel.analyze_and_count(texts, analyzer, workers=2, on_progress=seen.append)
     assert p_vocab == vocab
     assert (p_counts.indptr == counts.indptr).all()
     assert (p_counts.indices == counts.indices).all()
     assert np.array_equal(p_counts.data, counts.data)
-    # the first two slices analysed as one before forking, then a slice at a time
-    assert seen[0] == 1400 and set(seen[1:-1]) == {700} and sum(seen) == len(texts) == 5183
-    assert len(seen) == 1 + -(-(5183 - 1400) // 700)
+    assert sum(seen) == len(texts) == 5183
+    if engine == "numpy":  # the first two slices analysed as one before forking, then a slice at a time
+        assert seen[0] == 1400 and set(seen[1:-1]) == {700}
+        assert len(seen) == 1 + -(-(5183 - 1400) // 700)
+    else:  # one process: each slice as it is looked up and analysed
+        assert set(seen[:-1]) == {700} and len(seen) == -(-5183 // 700)
     # and in one process through the same slicing
     s_vocab, s_counts = parallel.analyze_and_count(texts, EnglishAnalyzer(), workers=1)
     assert s_vocab == vocab
@@ -54,7 +69,7 @@ def test_merged_slices_equal_one_pass_on_hand_made_slices():
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-def test_the_garbage_collector_is_paused_and_resumed_as_it_was(workers, monkeypatch):
+def test_the_garbage_collector_is_paused_and_resumed_as_it_was(workers, engine, monkeypatch):
     """Paused during the analysis, enabled again after it (also when it fails); left off when it was off."""
     import gc
 

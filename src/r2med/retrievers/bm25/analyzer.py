@@ -34,7 +34,7 @@ from operator import iconcat as _iconcat
 import numpy as np
 
 from . import _lucene_tables
-from .chunks import ChunkTable
+from .chunks import NativeChunkTable, NumpyChunkTable, first_occurrence, make_chunk_table
 from .porter import stem as porter_stem
 from .tokenizer import (
     EDGE_PUNCTUATION,
@@ -153,7 +153,7 @@ class EnglishAnalyzer:
         self._chunks: dict[str, tuple[str, ...]] = {}  # whitespace chunk -> its terms
         self._terms: dict[str, str] = {}  # surface token -> term ("" if dropped)
         self._singles: dict[str, tuple[str]] = {}  # term -> (term,), shared by many chunks
-        self._chunk_table = ChunkTable(self._chunk_term_ids)  # chunk -> its term ids (term_ids)
+        self._chunk_table = make_chunk_table(self._chunk_term_ids)  # chunk -> its term ids (term_ids)
         self._id_of_term: dict[str, int] = {}  # term -> id, for this analyzer's lifetime
         self._id_terms: list[str] = []  # id -> term
 
@@ -194,9 +194,9 @@ class EnglishAnalyzer:
 
         Returns ``(terms, ids, lengths)``: the distinct terms of ``texts`` in order of first occurrence,
         the flat term id (an index into ``terms``) of every token, and the number of tokens of each text.
-        NumPy cuts the texts' bytes into chunks and a :class:`~r2med.retrievers.bm25.chunks.ChunkTable`
+        The texts' bytes are cut into chunks and a chunk table (:mod:`r2med.retrievers.bm25.chunks`)
         maps them to term ids this analyzer keeps for its lifetime (only a chunk seen for the first time
-        is analysed in Python); NumPy then renumbers the ids in order of first occurrence within ``texts``.
+        is analysed in Python); the ids are then renumbered in order of first occurrence within ``texts``.
 
         >>> terms, ids, lengths = EnglishAnalyzer().term_ids(["Dogs bark, dogs.", "", "The cat's dogs"])
         >>> terms, ids.tolist(), lengths.tolist()
@@ -206,17 +206,24 @@ class EnglishAnalyzer:
         if len(table) >= self.max_cache_entries:
             logger.debug("analyzer chunk table reached %d entries; clearing it", len(table))
             table.clear()
-        ids, counts = table.term_ids(texts)
+        return self._renumbered(*table.term_ids(texts))
+
+    @property
+    def chunk_table(self) -> NativeChunkTable | NumpyChunkTable:
+        """The chunk table :meth:`term_ids` uses (chunk -> lifetime term ids; see :attr:`terms_by_id`)."""
+        return self._chunk_table
+
+    @property
+    def terms_by_id(self) -> Sequence[str]:
+        """The term of each lifetime term id the chunk table hands out (grows as new terms are met)."""
+        return self._id_terms
+
+    def _renumbered(self, ids: np.ndarray, counts: np.ndarray) -> tuple[list[str], np.ndarray, np.ndarray]:
+        """Lifetime term ids renumbered in order of first occurrence: ``(terms, ids, counts)``."""
         if not len(ids):
             return [], ids, counts
-        # renumber: lifetime ids -> ids in order of first occurrence in these texts
-        first = np.full(len(self._id_terms), len(ids), dtype=np.int64)
-        np.minimum.at(first, ids, np.arange(len(ids), dtype=np.int64))
-        present = np.flatnonzero(first < len(ids))
-        in_order = present[np.argsort(first[present], kind="stable")]
-        local = np.empty(len(self._id_terms), dtype=np.int64)
-        local[in_order] = np.arange(len(in_order), dtype=np.int64)
-        return list(map(self._id_terms.__getitem__, in_order.tolist())), local[ids], counts
+        in_order, local = first_occurrence(ids, len(self._id_terms))
+        return list(map(self._id_terms.__getitem__, in_order.tolist())), local, counts
 
     def _chunk_term_ids(self, chunk: str) -> tuple[int, ...]:
         """Lifetime term ids of one chunk (what the chunk table stores)."""

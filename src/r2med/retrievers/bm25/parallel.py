@@ -30,9 +30,10 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 
 from r2med.retrievers.bm25.analyzer import EnglishAnalyzer
+from r2med.retrievers.bm25.chunks import NativeChunkTable
 from r2med.retrievers.bm25.cores import default_workers
 from r2med.retrievers.bm25.sparse import CsrMatrix
-from r2med.retrievers.bm25.vocabulary import SliceCounts, merge_slice_counts, slice_counts
+from r2med.retrievers.bm25.vocabulary import SliceCounts, matrix_from_chunks, merge_slice_counts, slice_counts
 
 logger = logging.getLogger(__name__)
 
@@ -150,6 +151,15 @@ def _analyze_and_count(
     workers = default_workers() if workers is None else max(1, workers)
     bounds = [(s, min(s + _SLICE, len(texts))) for s in range(0, len(texts), _SLICE)]
     report = on_progress or (lambda n: None)
+    table = analyzer.chunk_table
+    if isinstance(table, NativeChunkTable):  # BM25's C kernel: one process, the lookups on a thread
+        if len(table) >= analyzer.max_cache_entries:
+            table.clear()
+        parts = []
+        for (start, stop), part in zip(bounds, table.scan_many(texts[start:stop] for start, stop in bounds)):
+            parts.append(part)
+            report(stop - start)
+        return matrix_from_chunks(table, parts, analyzer.terms_by_id, workers=workers)
     if workers == 1 or len(texts) < MIN_PARALLEL_TEXTS or not fork_is_safe():
         def analysed() -> Iterator[SliceCounts]:
             for start, stop in bounds:

@@ -16,12 +16,15 @@ from typing import NamedTuple
 
 import numpy as np
 
+from r2med.retrievers.bm25.chunks import NativeChunkTable, Scanned
+from r2med.retrievers.bm25.cores import in_threads
 from r2med.retrievers.bm25.sparse import CsrMatrix
 
 __all__ = [
     "SliceCounts",
     "count_matrix",
     "gensim_term_order",
+    "matrix_from_chunks",
     "matrix_from_ids",
     "merge_provisional",
     "merge_slice_counts",
@@ -185,18 +188,45 @@ def merge_slice_counts(parts: Iterable[SliceCounts], *, workers: int | None = No
         values.append(counts)
         row_counts.append(per_row)
         n_rows += rows
-    n_terms = len(vocabulary)
+    return vocabulary, _stack_rows(indices, values, row_counts, n_rows, len(vocabulary))
+
+
+def _stack_rows(
+    indices: list[np.ndarray], values: list[np.ndarray], row_counts: list[np.ndarray], n_rows: int, n_terms: int
+) -> CsrMatrix:
+    """The CSR matrix of consecutive slices' rows (their column indices, counts and entries per row)."""
     nnz = sum(len(c) for c in indices)
     dtype = np.int32 if max(n_terms, nnz) < 2**31 else np.int64
     indptr = np.zeros(n_rows + 1, dtype=dtype)
     if row_counts:
         np.cumsum(np.concatenate(row_counts), out=indptr[1:])
-    counts = CsrMatrix(
+    return CsrMatrix(
         np.concatenate(values) if values else np.empty(0, dtype=np.int32),
         np.concatenate(indices).astype(dtype, copy=False) if indices else np.empty(0, dtype=dtype), indptr,
         (n_rows, n_terms),
     )
-    return vocabulary, counts
+
+
+def matrix_from_chunks(
+    table: NativeChunkTable, parts: Sequence[Scanned], terms_by_id: Sequence[str], *, workers: int | None = None
+) -> tuple[list[str], CsrMatrix]:
+    """Vocabulary (gensim order) and counts of the texts of ``parts``, batches scanned by ``table``
+    (``NativeChunkTable.scan_many``); ``terms_by_id`` gives the term of each id the table hands out.
+
+    The same result as ``count_matrix`` over the texts' token lists, without a term id per token: the kernel
+    finds each term's first text, Python orders the terms as gensim does, and each batch is counted in its final
+    ids on up to ``workers`` threads.
+    """
+    order, first_text = table.first_terms(parts, len(terms_by_id))
+    terms = list(map(terms_by_id.__getitem__, order.tolist()))
+    in_gensim_order = gensim_term_order(terms, first_text)
+    final = np.full(len(terms_by_id), -1, dtype=np.int64)
+    final[order[in_gensim_order]] = np.arange(len(order), dtype=np.int64)
+    vocabulary = [terms[i] for i in in_gensim_order.tolist()]
+    counted = in_threads(lambda part: table.count(part, final, len(vocabulary)), parts, workers)
+    n_rows = sum(len(part.chunks_per_text) // 8 for part in parts)
+    return vocabulary, _stack_rows([c[0] for c in counted], [c[1] for c in counted], [c[2] for c in counted], n_rows,
+                                   len(vocabulary))
 
 
 def _count_slice(final: np.ndarray, ids: np.ndarray, lengths: np.ndarray, n_terms: int) -> tuple[np.ndarray, ...]:
