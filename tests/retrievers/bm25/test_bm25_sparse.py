@@ -1,5 +1,6 @@
-"""The BM25 index's sparse matrices (``r2med.retrievers.bm25.sparse``): NumPy's product adds the same products in the
-same order as SciPy's CSR kernel, bit for bit, and a small collection is scored without importing SciPy."""
+"""The BM25 index's sparse matrices (``r2med.retrievers.bm25.sparse``): the C kernel's product and NumPy's add the
+same products in the same order as SciPy's CSR kernel, bit for bit, and a small collection is scored without
+importing SciPy."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ import pytest
 import scipy.sparse as sp
 
 from r2med.retrievers.bm25 import index as index_module
+from r2med.retrievers.bm25 import kernel
 from r2med.retrievers.bm25.index import BM25Index
-from r2med.retrievers.bm25.sparse import CsrMatrix, choose_kernel, numpy_product, product
+from r2med.retrievers.bm25.sparse import CsrMatrix, choose_kernel, native_product, numpy_product, product
 
 
 def random_csr(rng, n_rows, n_cols, dtype, *, max_len=40, unsorted=False):
@@ -46,6 +48,10 @@ def test_numpy_product_is_scipys_bit_for_bit(dtype, seed):
     theirs = sp.csr_matrix((matrix.data, matrix.indices, matrix.indptr), shape=matrix.shape) @ block
     assert ours.dtype == theirs.dtype == dtype and ours.shape == theirs.shape == (n_rows, n_vecs)
     assert np.array_equal(bits(ours), bits(theirs))
+    native = native_product(matrix, block)
+    assert native.dtype == dtype and np.array_equal(bits(native), bits(theirs))
+    wide = CsrMatrix(matrix.data, matrix.indices.astype(np.int64), matrix.indptr.astype(np.int64), matrix.shape)
+    assert np.array_equal(bits(native_product(wide, block)), bits(theirs))
     # a sum in another order (float64, or pairwise) differs somewhere: the test can tell orders apart
     assert not np.array_equal(bits(ours), bits(matrix.toarray().astype(np.float64).dot(block).astype(dtype))) or \
         matrix.nnz < 50
@@ -58,13 +64,16 @@ def test_numpy_product_adds_in_the_rows_order():
     block = np.ones((3, 1), dtype=np.float32)
     assert numpy_product(matrix, block).ravel().tolist() == [0.0, 1.0]
     assert product(matrix, block, kernel="scipy").ravel().tolist() == [0.0, 1.0]
+    assert product(matrix, block, kernel="native").ravel().tolist() == [0.0, 1.0]
 
 
 def test_empty_matrices_and_blocks():
     empty = CsrMatrix(np.empty(0, np.float32), np.empty(0, np.int32), np.zeros(4, np.int32), (3, 5))
     assert numpy_product(empty, np.ones((5, 2), np.float32)).tolist() == [[0.0, 0.0]] * 3
+    assert native_product(empty, np.ones((5, 2), np.float32)).tolist() == [[0.0, 0.0]] * 3
     one = CsrMatrix(np.array([2.0], np.float32), np.array([1]), np.array([0, 0, 1]), (2, 2))
     assert numpy_product(one, np.ones((2, 0), np.float32)).shape == (2, 0)
+    assert native_product(one, np.ones((2, 0), np.float32)).shape == (2, 0)
     with pytest.raises(ValueError, match="cannot multiply"):
         product(one, np.ones((2, 1), np.float64))
     with pytest.raises(ValueError, match="unknown kernel 'torch'"):
@@ -110,7 +119,35 @@ def rows_of(lengths):
     return CsrMatrix(np.ones(len(indices), np.float32), indices, indptr, (len(lengths), max(lengths)))
 
 
+def test_the_c_kernel_is_chosen_wherever_it_was_built():
+    assert kernel.native is not None, "BM25's C kernel was not built: install a C compiler and reinstall r2med"
+    for lengths in ([100] * 500, [100] * 20 + [20_000]):
+        assert choose_kernel(rows_of(lengths), 1000) == "native"
+
+
+def test_the_c_kernel_refuses_arrays_that_do_not_fit():
+    m = CsrMatrix(np.array([1.0, 2.0], np.float32), np.array([0, 1], np.int32), np.array([0, 1, 2], np.int32), (2, 2))
+    block, out = np.ones((2, 1), np.float32), np.zeros((2, 1), np.float32)
+    csr_product = kernel.native.csr_product
+    with pytest.raises(ValueError, match=r"indices\[1\] = 5 is not a row of block"):
+        csr_product(m.indptr, np.array([0, 5], np.int32), m.data, block, out)
+    with pytest.raises(ValueError, match=r"indptr\[1\] = 3 is not a row pointer"):
+        csr_product(np.array([0, 3, 2], np.int32), m.indices, m.data, block, out)
+    with pytest.raises(ValueError, match="indices must be a C-contiguous 1-D array"):
+        csr_product(m.indptr, m.indices.astype(np.int64), m.data, block, out)  # int32 and int64 mixed
+    with pytest.raises(ValueError, match="block must be a C-contiguous 2-D array"):
+        csr_product(m.indptr, m.indices, m.data, block.astype(np.float64), out)
+    with pytest.raises(ValueError, match="the shapes do not fit"):
+        csr_product(m.indptr, m.indices, m.data, block, np.zeros((3, 1), np.float32))
+    with pytest.raises(ValueError, match="not C-contiguous"):  # NumPy's own refusal of the buffer
+        csr_product(m.indptr, m.indices, m.data, block, np.zeros((4, 2), np.float32)[::2, :1])
+    assert out.tolist() == [[0.0], [0.0]]  # nothing written by a refused call
+    csr_product(m.indptr, m.indices, m.data, block, out)
+    assert out.tolist() == [[1.0], [2.0]]
+
+
 def test_the_kernel_is_numpy_only_for_small_products_without_scipy(monkeypatch):
+    monkeypatch.setattr(kernel, "native", None)  # an install without a C compiler
     monkeypatch.delitem(sys.modules, "scipy.sparse")
     abstracts = rows_of([100] * 500)  # the quick start's size: 50,000 entries
     assert choose_kernel(abstracts, 50) == "numpy"
@@ -121,6 +158,7 @@ def test_the_kernel_is_numpy_only_for_small_products_without_scipy(monkeypatch):
     empty = CsrMatrix(np.empty(0, np.float32), np.empty(0, np.int32), np.zeros(1, np.int32), (0, 3))
     assert choose_kernel(empty, 10) == "numpy"
     monkeypatch.undo()
+    monkeypatch.setattr(kernel, "native", None)
     assert choose_kernel(abstracts, 50) == "scipy"  # loaded already: its kernel is the faster one
 
 

@@ -955,9 +955,298 @@ static PyTypeObject ChunkTableType = {
     .tp_new = ChunkTable_new,
 };
 
+/* ------------------------------------------------------------------ Porter stemmer (ASCII words) */
+
+/* porter.py's stemmer (Lucene's PorterStemmer) for a word of ASCII characters, step for step: porter.py's
+ * docstring says what sets it apart from other Porter stemmers. w holds n characters and room for one more; cv
+ * the consonant map ('c', 'v'); the new length is returned. */
+
+static size_t porter_measure(const char *cv, size_t n) { /* vc pairs in cv[0:n] */
+    size_t m = 0;
+    for (size_t i = 1; i < n; i++) m += cv[i - 1] == 'v' && cv[i] == 'c';
+    return m;
+}
+
+static int porter_has_vowel(const char *cv, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (cv[i] == 'v') return 1;
+    return 0;
+}
+
+static int porter_ends(const char *w, size_t n, const char *suffix) {
+    size_t k = strlen(suffix);
+    return n >= k && memcmp(w + n - k, suffix, k) == 0;
+}
+
+static int porter_ends_cvc(const char *w, const char *cv, size_t n) {
+    return n >= 3 && cv[n - 3] == 'c' && cv[n - 2] == 'v' && cv[n - 1] == 'c' && w[n - 1] != 'w' &&
+           w[n - 1] != 'x' && w[n - 1] != 'y';
+}
+
+static char porter_mark(char c) { return c == 'a' || c == 'e' || c == 'i' || c == 'o' || c == 'u' ? 'v' : 'c'; }
+
+/* rules: suffix, replacement pairs ending with NULL; the first suffix w ends with decides (replaced when its stem
+ * has m > 0). */
+static size_t porter_replace_first(char *w, char *cv, size_t n, const char *const *rules) {
+    for (; rules && rules[0]; rules += 2) {
+        if (!porter_ends(w, n, rules[0])) continue;
+        size_t stem = n - strlen(rules[0]);
+        if (porter_measure(cv, stem) > 0) {
+            size_t k = strlen(rules[1]);
+            memcpy(w + stem, rules[1], k);
+            for (size_t i = 0; i < k; i++) cv[stem + i] = porter_mark(rules[1][i]);
+            return stem + k;
+        }
+        break;
+    }
+    return n;
+}
+
+static const char *const STEP3_A[] = {"ational", "ate", "tional", "tion", NULL};
+static const char *const STEP3_C[] = {"enci", "ence", "anci", "ance", NULL};
+static const char *const STEP3_E[] = {"izer", "ize", NULL};
+static const char *const STEP3_L[] = {"bli", "ble", "alli", "al", "entli", "ent", "eli", "e", "ousli", "ous", NULL};
+static const char *const STEP3_O[] = {"ization", "ize", "ation", "ate", "ator", "ate", NULL};
+static const char *const STEP3_S[] = {"alism", "al", "iveness", "ive", "fulness", "ful", "ousness", "ous", NULL};
+static const char *const STEP3_T[] = {"aliti", "al", "iviti", "ive", "biliti", "ble", NULL};
+static const char *const STEP3_G[] = {"logi", "log", NULL};
+static const char *const STEP4_E[] = {"icate", "ic", "ative", "", "alize", "al", NULL};
+static const char *const STEP4_I[] = {"iciti", "ic", NULL};
+static const char *const STEP4_L[] = {"ical", "ic", "ful", "", NULL};
+static const char *const STEP4_S[] = {"ness", "", NULL};
+
+static const char *const *porter_step3(char c) {
+    switch (c) {
+    case 'a': return STEP3_A;
+    case 'c': return STEP3_C;
+    case 'e': return STEP3_E;
+    case 'l': return STEP3_L;
+    case 'o': return STEP3_O;
+    case 's': return STEP3_S;
+    case 't': return STEP3_T;
+    case 'g': return STEP3_G;
+    default: return NULL;
+    }
+}
+
+static const char *const *porter_step4(char c) {
+    switch (c) {
+    case 'e': return STEP4_E;
+    case 'i': return STEP4_I;
+    case 'l': return STEP4_L;
+    case 's': return STEP4_S;
+    default: return NULL;
+    }
+}
+
+static const char *const *porter_step5(char c) { /* suffixes only, NULL-terminated */
+    static const char *const A[] = {"al", NULL}, *const C[] = {"ance", "ence", NULL}, *const E[] = {"er", NULL},
+                             *const I[] = {"ic", NULL}, *const L[] = {"able", "ible", NULL},
+                             *const N[] = {"ant", "ement", "ment", "ent", NULL}, *const O[] = {"ion", "ou", NULL},
+                             *const S[] = {"ism", NULL}, *const T[] = {"ate", "iti", NULL},
+                             *const U[] = {"ous", NULL}, *const V[] = {"ive", NULL}, *const Z[] = {"ize", NULL};
+    switch (c) {
+    case 'a': return A;
+    case 'c': return C;
+    case 'e': return E;
+    case 'i': return I;
+    case 'l': return L;
+    case 'n': return N;
+    case 'o': return O;
+    case 's': return S;
+    case 't': return T;
+    case 'u': return U;
+    case 'v': return V;
+    case 'z': return Z;
+    default: return NULL;
+    }
+}
+
+static size_t porter_stem(char *w, char *cv, size_t n) {
+    if (n <= 2) return n;
+    for (size_t i = 0; i < n; i++) { /* y is a vowel after a consonant (and not first) */
+        char c = w[i];
+        cv[i] = c == 'y' ? (i == 0 || cv[i - 1] == 'v' ? 'c' : 'v') : porter_mark(c);
+    }
+    /* step 1: plurals, -ed, -ing */
+    if (w[n - 1] == 's') {
+        if (porter_ends(w, n, "sses") || porter_ends(w, n, "ies"))
+            n -= 2;
+        else if (w[n - 2] != 's')
+            n -= 1;
+    }
+    if (porter_ends(w, n, "eed")) {
+        if (porter_measure(cv, n - 3) > 0) n -= 1;
+    } else if ((porter_ends(w, n, "ed") && porter_has_vowel(cv, n - 2)) ||
+               (porter_ends(w, n, "ing") && porter_has_vowel(cv, n - 3))) {
+        n -= w[n - 1] == 'd' ? 2 : 3;
+        if (porter_ends(w, n, "at") || porter_ends(w, n, "bl") || porter_ends(w, n, "iz")) {
+            w[n] = 'e';
+            cv[n++] = 'v';
+        } else if (n >= 2 && w[n - 1] == w[n - 2] && cv[n - 1] == 'c') {
+            if (w[n - 1] != 'l' && w[n - 1] != 's' && w[n - 1] != 'z') n -= 1;
+        } else if (porter_measure(cv, n) == 1 && porter_ends_cvc(w, cv, n)) {
+            w[n] = 'e';
+            cv[n++] = 'v';
+        }
+    }
+    /* step 2: y -> i after a vowel somewhere before it */
+    if (w[n - 1] == 'y' && porter_has_vowel(cv, n - 1)) {
+        w[n - 1] = 'i';
+        cv[n - 1] = 'v';
+    }
+    /* steps 3 and 4: double suffixes, then -ic-, -full, -ness */
+    if (n > 1) n = porter_replace_first(w, cv, n, porter_step3(w[n - 2]));
+    n = porter_replace_first(w, cv, n, porter_step4(w[n - 1]));
+    /* step 5: -ant, -ence, ... removed when the stem has m > 1 */
+    if (n > 1) {
+        const char *const *suffixes = porter_step5(w[n - 2]);
+        for (; suffixes && suffixes[0]; suffixes++) {
+            if (!porter_ends(w, n, suffixes[0])) continue;
+            size_t stem = n - strlen(suffixes[0]);
+            if (strcmp(suffixes[0], "ion") == 0 && (stem == 0 || (w[stem - 1] != 's' && w[stem - 1] != 't'))) continue;
+            if (porter_measure(cv, stem) > 1) n = stem;
+            break;
+        }
+    }
+    /* step 6: final -e, and -ll -> -l, when m > 1 */
+    size_t m = porter_measure(cv, n);
+    if (w[n - 1] == 'e' && (m > 1 || (m == 1 && !porter_ends_cvc(w, cv, n - 1)))) n -= 1;
+    if (w[n - 1] == 'l' && n >= 2 && w[n - 2] == 'l' && cv[n - 1] == 'c' && m > 1) n -= 1;
+    return n;
+}
+
+static PyObject *stem_ascii(PyObject *Py_UNUSED(module), PyObject *word) {
+    if (!PyUnicode_Check(word) || !PyUnicode_IS_ASCII(word)) {
+        PyErr_SetString(PyExc_TypeError, "stem_ascii: expected an ASCII str");
+        return NULL;
+    }
+    Py_ssize_t n = PyUnicode_GET_LENGTH(word);
+    if (n <= 2) return Py_NewRef(word);
+    char small[2 * 300], *w = small;
+    if (n > 290) {
+        w = PyMem_Malloc(2 * (size_t)n + 4);
+        if (!w) return PyErr_NoMemory();
+    }
+    char *cv = w + n + 2;
+    memcpy(w, PyUnicode_DATA(word), (size_t)n);
+    size_t m = porter_stem(w, cv, (size_t)n);
+    PyObject *result = (Py_ssize_t)m == n && memcmp(w, PyUnicode_DATA(word), (size_t)n) == 0
+                           ? Py_NewRef(word)
+                           : PyUnicode_FromStringAndSize(w, (Py_ssize_t)m);
+    if (w != small) PyMem_Free(w);
+    return result;
+}
+
+/* ------------------------------------------------------------------ csr_product */
+
+/* out (n_rows x n_vecs, zeros) += csr (indptr, indices, data) @ block (n_cols x n_vecs), as SciPy's csr_matvecs adds
+ * it up: each row's entries in order, out[i, k] += data[j] * block[indices[j], k], every product and sum rounded
+ * to the type (the module is compiled with -ffp-contract=off: no fused multiply-add). */
+#define CSR_PRODUCT(NAME, I, T)                                                                                   \
+    static void NAME(const I *indptr, const I *indices, const T *data, const T *block, T *out, Py_ssize_t n_rows, \
+                     Py_ssize_t n_vecs) {                                                                         \
+        for (Py_ssize_t i = 0; i < n_rows; i++) {                                                                 \
+            T *y = out + n_vecs * i;                                                                              \
+            for (I jj = indptr[i]; jj < indptr[i + 1]; jj++) {                                                    \
+                const T a = data[jj];                                                                             \
+                const T *x = block + n_vecs * (Py_ssize_t)indices[jj];                                            \
+                for (Py_ssize_t k = 0; k < n_vecs; k++) y[k] += a * x[k];                                         \
+            }                                                                                                     \
+        }                                                                                                         \
+    }
+CSR_PRODUCT(csr_product_i32_f32, int32_t, float)
+CSR_PRODUCT(csr_product_i32_f64, int32_t, double)
+CSR_PRODUCT(csr_product_i64_f32, int64_t, float)
+CSR_PRODUCT(csr_product_i64_f64, int64_t, double)
+
+/* The item kind of a buffer: 'i' (signed integer) or 'f' (floating point), or 0. */
+static char buffer_kind(const Py_buffer *view) {
+    const char *f = view->format ? view->format : "B";
+    if (*f == '<' || *f == '=' || *f == '@') f++;
+    if (f[0] && !f[1]) {
+        if (strchr("bhilq", f[0])) return 'i';
+        if (strchr("fd", f[0])) return 'f';
+    }
+    return 0;
+}
+
+static PyObject *csr_product(PyObject *Py_UNUSED(module), PyObject *args) {
+    PyObject *objects[5];
+    if (!PyArg_ParseTuple(args, "OOOOO:csr_product", &objects[0], &objects[1], &objects[2], &objects[3],
+                          &objects[4]))
+        return NULL;
+    static const char *names[5] = {"indptr", "indices", "data", "block", "out"};
+    Py_buffer views[5];
+    int held = 0;
+    PyObject *result = NULL;
+    for (; held < 5; held++) {
+        int flags = PyBUF_FORMAT | PyBUF_ND | PyBUF_C_CONTIGUOUS | (held == 4 ? PyBUF_WRITABLE : 0);
+        if (PyObject_GetBuffer(objects[held], &views[held], flags) < 0) goto done;
+    }
+    Py_buffer *indptr = &views[0], *indices = &views[1], *data = &views[2], *block = &views[3], *out = &views[4];
+    for (int k = 0; k < 5; k++) {
+        char kind = buffer_kind(&views[k]);
+        size_t item = (size_t)views[k].itemsize;
+        int ok = k < 2 ? kind == 'i' && (item == 4 || item == 8) && item == (size_t)indptr->itemsize
+                       : kind == 'f' && (item == 4 || item == 8) && item == (size_t)data->itemsize;
+        if (!ok || views[k].ndim != (k < 3 ? 1 : 2)) {
+            PyErr_Format(PyExc_ValueError,
+                         "csr_product: %s must be a C-contiguous %s array (indptr and indices int32 or int64 alike; "
+                         "data, block and out float32 or float64 alike)",
+                         names[k], k < 3 ? "1-D" : "2-D");
+            goto done;
+        }
+    }
+    Py_ssize_t n_rows = indptr->shape[0] - 1, nnz = data->shape[0];
+    Py_ssize_t n_cols = block->shape[0], n_vecs = block->shape[1];
+    if (n_rows < 0 || indices->shape[0] != nnz || out->shape[0] != n_rows || out->shape[1] != n_vecs) {
+        PyErr_SetString(PyExc_ValueError, "csr_product: the shapes do not fit (indptr n_rows + 1, indices and data "
+                                          "nnz, block n_cols x n_vecs, out n_rows x n_vecs)");
+        goto done;
+    }
+    /* the row pointers and column indices are checked, so that nothing is read out of bounds */
+    int wide = indptr->itemsize == 8;
+    for (Py_ssize_t i = 0; i <= n_rows; i++) {
+        int64_t p = wide ? ((const int64_t *)indptr->buf)[i] : ((const int32_t *)indptr->buf)[i];
+        int64_t before = i == 0 ? 0 : (wide ? ((const int64_t *)indptr->buf)[i - 1] : ((const int32_t *)indptr->buf)[i - 1]);
+        if ((i == 0 && p != 0) || p < before || p > nnz || (i == n_rows && p != nnz)) {
+            PyErr_Format(PyExc_ValueError, "csr_product: indptr[%zd] = %lld is not a row pointer of %zd entries", i,
+                         (long long)p, nnz);
+            goto done;
+        }
+    }
+    for (Py_ssize_t j = 0; j < nnz; j++) {
+        int64_t c = wide ? ((const int64_t *)indices->buf)[j] : ((const int32_t *)indices->buf)[j];
+        if (c < 0 || c >= n_cols) {
+            PyErr_Format(PyExc_ValueError, "csr_product: indices[%zd] = %lld is not a row of block (%zd rows)", j,
+                         (long long)c, n_cols);
+            goto done;
+        }
+    }
+    int dbl = data->itemsize == 8;
+    Py_BEGIN_ALLOW_THREADS
+    if (wide && dbl)
+        csr_product_i64_f64(indptr->buf, indices->buf, data->buf, block->buf, out->buf, n_rows, n_vecs);
+    else if (wide)
+        csr_product_i64_f32(indptr->buf, indices->buf, data->buf, block->buf, out->buf, n_rows, n_vecs);
+    else if (dbl)
+        csr_product_i32_f64(indptr->buf, indices->buf, data->buf, block->buf, out->buf, n_rows, n_vecs);
+    else
+        csr_product_i32_f32(indptr->buf, indices->buf, data->buf, block->buf, out->buf, n_rows, n_vecs);
+    Py_END_ALLOW_THREADS
+    result = Py_NewRef(Py_None);
+done:
+    for (int k = 0; k < held; k++) PyBuffer_Release(&views[k]);
+    return result;
+}
+
 /* ------------------------------------------------------------------ module */
 
 static PyMethodDef module_methods[] = {
+    {"stem_ascii", stem_ascii, METH_O, "stem_ascii(word) -> porter.stem(word), for a word of ASCII characters"},
+    {"csr_product", csr_product, METH_VARARGS,
+     "csr_product(indptr, indices, data, block, out): out += csr @ block, added up as SciPy's csr_matvecs"},
     {NULL, NULL, 0, NULL},
 };
 

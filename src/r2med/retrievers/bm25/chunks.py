@@ -32,7 +32,7 @@ chunks are analysed in Python as above; about seven times faster than NumPy on t
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 import numpy as np
@@ -132,34 +132,42 @@ class NativeChunkTable:
 
     def term_ids(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """The term id of every token of ``texts`` (flat, in order) and the number of tokens of each text."""
-        ids, lengths = self._table.expand(*self._analysed(self._scan(texts)))
+        scanned = self._scan(texts)
+        try:
+            occurrences, per_text = self._analysed(scanned)
+        except BaseException:  # the new chunks have no terms: start again from an empty table
+            self._table.clear()
+            raise
+        ids, lengths = self._table.expand(occurrences, per_text)
         return np.frombuffer(ids, dtype=np.int64), np.frombuffer(lengths, dtype=np.int64)
 
     def scan_many(self, batches: Iterable[Sequence[str]]) -> Iterator[Scanned]:
-        """Each batch of texts looked up, its new chunks analysed; the next batch is read and looked up (C, on a
-        thread, without the GIL) while this one's new chunks are analysed (Python, here).
+        """Each batch of texts looked up, its new chunks analysed, in order. The batches are looked up one after
+        the other on a thread (C, without the GIL) while this thread analyses the new chunks of those done
+        (Python); all are queued at once, so the lookups never wait for the analysis.
 
         What is yielded stays valid as long as the table is not cleared. A run that stops early (an error, an
         interruption, a caller that stops iterating) clears the table: it may hold chunks handed out that will
         get no terms.
         """
-        scan = self._scan
         with ThreadPoolExecutor(1, thread_name_prefix="r2med-chunks") as pool:
-            pending: Future | None = None  # the scan of the next batch: its new chunks have no terms yet
+            pending = [pool.submit(self._scan, texts) for texts in batches]
+            analysed = 0
             try:
-                for texts in batches:
-                    scanned, pending = pending, pool.submit(scan, texts)
-                    if scanned is not None:
-                        yield self._analysed(scanned.result())
-                if pending is not None:
-                    scanned, pending = pending, None
-                    yield self._analysed(scanned.result())
+                for future in pending:
+                    part = self._analysed(future.result())
+                    analysed += 1
+                    yield part
             finally:
-                if pending is not None:  # stopped early: chunks handed out that will get no terms must go
-                    try:
-                        pending.result()
-                    except BaseException:  # noqa: BLE001 - its own failure: the caller already has one
-                        pass
+                if analysed < len(pending):  # stopped early: chunks handed out that will get no terms must go
+                    for future in pending:
+                        future.cancel()
+                    for future in pending:
+                        if not future.cancelled():
+                            try:
+                                future.result()  # the lookup running now: clear() must wait for it
+                            except BaseException:  # noqa: BLE001 - its own failure: the caller already has one
+                                pass
                     self._table.clear()
 
     def first_terms(self, parts: Sequence[Scanned], n_ids: int) -> tuple[np.ndarray, np.ndarray]:
@@ -182,12 +190,8 @@ class NativeChunkTable:
     def _analysed(self, scanned: tuple[bytearray, bytearray, list[str]]) -> Scanned:
         """A scan, after its new chunks are analysed and their terms stored."""
         occurrences, per_text, new = scanned
-        if new:
-            try:
-                self._table.set_terms(list(map(self._analyse, new)))
-            except BaseException:  # the new chunks have no terms: start again from an empty table
-                self._table.clear()
-                raise
+        if new:  # a failure leaves these chunks without terms: the caller empties the table
+            self._table.set_terms(list(map(self._analyse, new)))
         return Scanned(occurrences, per_text)
 
 

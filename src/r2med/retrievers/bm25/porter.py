@@ -14,10 +14,14 @@ Snowball "English" stemmer and not NLTK's default mode.  The details that set it
   that ``y`` is a vowel when it follows a consonant;
 - Java works on UTF-16 code units, so a character outside the BMP counts as two consonants.
 
-All functions are pure; :func:`stem` is the entry point.
+All functions are pure; :func:`stem` is the entry point. It stems an ASCII word with BM25's C kernel where it
+was built (``stem_ascii`` in ``_native.c``, these same steps; tested equal on every word of the parity corpora and
+on generated ones), any other word here.
 """
 
 from __future__ import annotations
+
+from r2med.retrievers.bm25 import kernel
 
 __all__ = ["stem"]
 
@@ -187,7 +191,10 @@ def stem(word: str) -> str:
     >>> [stem(w) for w in ("gas", "this", "is", "news", "analysis", "3.5mg", "ion")]
     ['ga', 'thi', 'is', 'new', 'analysi', '3.5mg', 'ion']
     """
-    if word.isascii() or max(word) <= "\uffff":
+    if word.isascii():
+        native = kernel.native
+        return _stem_utf16(word) if native is None else native.stem_ascii(word)
+    if max(word) <= "\uffff":
         return _stem_utf16(word)
     # Java sees a supplementary character as a surrogate pair: stem that form, then rejoin.
     units = "".join(c if c <= "\uffff" else _surrogate_pair(ord(c)) for c in word)

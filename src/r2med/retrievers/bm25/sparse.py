@@ -6,6 +6,8 @@ Importing ``scipy.sparse`` costs 0.1-0.2 s (SciPy's array-API layer imports ``nu
 start's whole run is 0.5 s. So an index keeps its matrices as plain arrays (:class:`CsrMatrix`) and
 :func:`product` chooses the kernel:
 
+- BM25's C kernel (``csr_product`` in ``_native.c``) wherever it was built: SciPy's loop below, written again, and
+  compiled without fused multiply-add;
 - SciPy's ``csr_matvecs`` when ``scipy.sparse`` is already loaded or the product is large (NumPy's kernel would
   take longer than SciPy's import, :func:`choose_kernel`): for every row and every column of the block it adds
   ``data[j] * block[indices[j]]`` to a zero, entry by entry in the row's order, each product and each sum rounded
@@ -32,7 +34,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CsrMatrix", "choose_kernel", "load_kernel", "numpy_product", "product"]
+from r2med.retrievers.bm25 import kernel as _kernel
+
+__all__ = ["CsrMatrix", "choose_kernel", "load_kernel", "native_product", "numpy_product", "product"]
 
 #: what NumPy's kernel costs, in nanoseconds (measured on x86-64): a pass over the rows' ``k``-th entries (one per
 #: entry of the longest row: Python and indexing overhead), each stored entry, each cell (entry x column of the block)
@@ -133,13 +137,15 @@ class CsrMatrix:
 
 
 def choose_kernel(matrix: CsrMatrix, columns: int) -> str:
-    """``"scipy"`` when ``scipy.sparse`` is loaded or NumPy's kernel would take longer than importing SciPy, else
-    ``"numpy"`` (the same result either way).
+    """``"native"`` where BM25's C kernel was built; else ``"scipy"`` when ``scipy.sparse`` is loaded or NumPy's
+    kernel would take longer than importing SciPy, else ``"numpy"`` (the same result every way).
 
     ``columns``: the columns of every block ``matrix`` will be multiplied by (a search's queries, in all its chunks),
     so that one search makes one choice. NumPy's kernel costs a pass per entry of the longest row and SciPy's does
     not: one very long document (a book among abstracts) sends a product to SciPy.
     """
+    if _kernel.native is not None:
+        return "native"
     if "scipy.sparse" in sys.modules:
         return "scipy"
     longest = int(np.diff(matrix.indptr).max()) if matrix.shape[0] else 0
@@ -158,16 +164,38 @@ def load_kernel(kernel: str) -> None:
 def product(matrix: CsrMatrix, block: np.ndarray, *, kernel: str | None = None) -> np.ndarray:
     """``matrix @ block`` for a dense 2-D ``block`` of ``matrix``'s data type: (rows of matrix) x (columns of block).
 
-    ``kernel``: ``"scipy"``, ``"numpy"`` or ``None`` (:func:`choose_kernel`); the result is the same either way.
+    ``kernel``: ``"native"``, ``"scipy"``, ``"numpy"`` or ``None`` (:func:`choose_kernel`); the result is the same
+    every way.
     """
     if block.ndim != 2 or block.shape[0] != matrix.shape[1] or block.dtype != matrix.data.dtype:
         raise ValueError(f"cannot multiply {matrix!r} by a {block.dtype} block of shape {block.shape}")
     kernel = kernel or choose_kernel(matrix, block.shape[1])
+    if kernel == "native":
+        return native_product(matrix, block)
     if kernel == "scipy":
         return matrix.to_scipy() @ block
     if kernel != "numpy":
-        raise ValueError(f"unknown kernel {kernel!r}; valid: 'scipy', 'numpy'")
+        raise ValueError(f"unknown kernel {kernel!r}; valid: 'native', 'scipy', 'numpy'")
     return numpy_product(matrix, block)
+
+
+def native_product(matrix: CsrMatrix, block: np.ndarray) -> np.ndarray:
+    """``matrix @ block`` by BM25's C kernel: SciPy's ``csr_matvecs`` loop (every product and sum rounded to the
+    type, no fused multiply-add), for float32 or float64 data.
+
+    >>> m = CsrMatrix(np.array([1e8, 1.0, -1e8], dtype=np.float32), np.array([0, 1, 0]), np.array([0, 3]), (1, 2))
+    >>> native_product(m, np.ones((2, 1), dtype=np.float32)).ravel().tolist()  # (1e8 + 1) - 1e8 in float32
+    [0.0]
+    """
+    if _kernel.native is None:
+        raise RuntimeError("BM25's C kernel (r2med.retrievers.bm25._native) was not built; use kernel='numpy'")
+    out = np.zeros((matrix.shape[0], block.shape[1]), dtype=np.result_type(matrix.data.dtype, block.dtype))
+    indptr = np.ascontiguousarray(matrix.indptr)
+    if indptr.dtype not in (np.int32, np.int64):
+        indptr = indptr.astype(np.int64)
+    indices = np.ascontiguousarray(matrix.indices, dtype=indptr.dtype)
+    _kernel.native.csr_product(indptr, indices, np.ascontiguousarray(matrix.data), np.ascontiguousarray(block), out)
+    return out
 
 
 def numpy_product(matrix: CsrMatrix, block: np.ndarray) -> np.ndarray:

@@ -1,0 +1,166 @@
+"""BM25's C kernel (``r2med/retrievers/bm25/_native.c``) against the Python and NumPy code it stands in for: the
+Porter stemmer word for word, a corpus's vocabulary and counts, and every way its calls can be misused or stopped."""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import json
+import random
+import re
+
+import numpy as np
+import pytest
+
+from conftest import REPO, shared_path
+from r2med.retrievers.bm25 import kernel, parallel, porter
+from r2med.retrievers.bm25.analyzer import EnglishAnalyzer
+from r2med.retrievers.bm25.chunks import NativeChunkTable
+from r2med.retrievers.bm25.vocabulary import count_matrix
+
+native = kernel.native
+pytestmark = pytest.mark.skipif(native is None, reason="BM25's C kernel was not built (test_bm25_sparse says so)")
+
+#: every suffix Porter's steps look at, and stems that make each step's conditions come out both ways
+SUFFIXES = ["ational", "tional", "enci", "anci", "izer", "bli", "alli", "entli", "eli", "ousli", "ization", "ation",
+            "ator", "alism", "iveness", "fulness", "ousness", "aliti", "iviti", "biliti", "logi", "icate", "ative",
+            "alize", "iciti", "ical", "ful", "ness", "al", "ance", "ence", "er", "ic", "able", "ible", "ant", "ement",
+            "ment", "ent", "ion", "sion", "tion", "ou", "ism", "ate", "iti", "ous", "ive", "ize", "s", "ss", "sses",
+            "ies", "ed", "eed", "ing", "y", "e", "ll", "at", "bl", "iz"]
+STEMS = ["", "a", "y", "yy", "by", "toy", "hop", "fil", "tr", "troubl", "relat", "gener", "sy", "cry", "agr", "plast",
+         "fall", "happ", "x", "w", "oat", "st", "t", "3.5", "u.s", "o'neil"]
+
+
+def corpus_words() -> set[str]:
+    """The lower-cased ASCII words (letters, digits, ``.'-``) of SciFact and of the CACM and NFCorpus test data."""
+    words: set[str] = set()
+    pattern = re.compile(r"[a-z0-9'.\-]+")
+    for line in shared_path("data", "scifact", "corpus.jsonl").read_text(encoding="utf-8").splitlines():
+        words.update(pattern.findall(json.loads(line)["text"].lower()))
+    for path in sorted((REPO / "tests" / "data" / "analyzer").glob("*.jsonl.gz")):
+        with gzip.open(path, "rt", encoding="utf-8") as handle:
+            for line in handle:
+                words.update(pattern.findall(line.lower()))
+    return words
+
+
+def test_the_c_porter_stemmer_is_porter_py_on_every_word():
+    words = corpus_words()
+    assert len(words) > 40_000
+    words.update(s + a + b for s in STEMS for a in SUFFIXES for b in ["", *SUFFIXES])
+    rng = random.Random(5)
+    words.update("".join(rng.choice("aeiouybcdlnstrmgz") for _ in range(rng.randint(1, 14))) for _ in range(50_000))
+    words.update(["x" * 300 + "ational", "y" * 400, "", "a", "ab", "ies", "eed", "ing"])
+    differ = [(w, porter._stem_utf16(w), native.stem_ascii(w)) for w in words if porter._stem_utf16(w) !=
+              native.stem_ascii(w)]
+    assert differ == []
+    assert [porter.stem(w) for w in ("caresses", "generalization", "gas", "3.5mg")] == ["caress", "gener", "ga", "3.5mg"]
+    with pytest.raises(TypeError, match="expected an ASCII str"):
+        native.stem_ascii("café")
+
+
+HOSTILE = ["dogs", "Dog's", "U.S.A.", "3.5mg", "1,000", "e-mail", "a.b@c.org", "x\u202fy", "日本", "ｶﾀｶﾅ", "😀",
+           "(patients),", "the", "IS", "\x00", "\x7f", "é", "o'neil's", "x" * 300, "TNF-α", "\ud800", "Ünïcödé", "ÿ",
+           "naïve", "café's", "x" * 17, "y" * 16, "z" * 15, "β-blocker", "10\u00b0C", "ﬁne", "\u00a0", "\U0001d400b"]
+
+
+def hostile_texts(seed: int, n: int) -> list[str]:
+    rng = random.Random(seed)
+    seps = [" ", "  ", "\t", "\n", "\u00a0", "\u3000", "", "\x1f", "\r\n"]
+    return ["".join(rng.choice(HOSTILE) + rng.choice(seps) for _ in range(rng.randint(0, 40))) for _ in range(n)]
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_hostile_corpus_counts_as_one_pass_over_its_token_lists(seed, monkeypatch):
+    texts = hostile_texts(seed, 3_000)
+    vocab, counts = count_matrix(EnglishAnalyzer().analyze_many(texts))
+    monkeypatch.setattr(parallel, "_SLICE", 250)
+    analyzer = EnglishAnalyzer()
+    analyzer.analyze_many(texts[:50])  # an analyzer with a history: its lifetime ids are not the corpus's
+    analyzer.term_ids(texts[100:200])
+    got_vocab, got = parallel.analyze_and_count(texts, analyzer, workers=2)
+    assert isinstance(analyzer.chunk_table, NativeChunkTable)
+    assert got_vocab == vocab
+    for a, b in ((got.indptr, counts.indptr), (got.indices, counts.indices), (got.data, counts.data)):
+        assert a.tolist() == b.tolist()
+    again_vocab, again = parallel.analyze_and_count(texts, analyzer, workers=1)  # the same table, reused
+    assert again_vocab == vocab and again.data.tolist() == counts.data.tolist()
+
+
+def test_a_run_stopped_early_leaves_no_chunk_without_terms():
+    table = EnglishAnalyzer().chunk_table
+    batches = [["alpha beta"], ["gamma delta"], ["epsilon alpha"]]
+    parts = table.scan_many(batches)
+    next(parts)
+    parts.close()  # the caller stops: later batches were looked up, their chunks will get no terms
+    assert len(table) == 0
+    assert [len(p.chunks_per_text) for p in table.scan_many(batches)] == [8, 8, 8]
+    assert len(table) == 5
+
+
+def test_an_analysis_that_fails_midway_empties_the_table_and_the_next_run_is_right(monkeypatch):
+    texts = hostile_texts(3, 400)
+    want_vocab, want = count_matrix(EnglishAnalyzer().analyze_many(texts))
+    analyzer = EnglishAnalyzer()
+    real = analyzer._chunk_term_ids
+    calls = itertools.count()
+
+    def flaky(chunk):
+        if next(calls) == 150:
+            raise RuntimeError("analysis failed")
+        return real(chunk)
+
+    analyzer.chunk_table._analyse = flaky
+    monkeypatch.setattr(parallel, "_SLICE", 40)
+    with pytest.raises(RuntimeError, match="analysis failed"):
+        parallel.analyze_and_count(texts, analyzer)
+    assert len(analyzer.chunk_table) == 0
+    vocab, counts = parallel.analyze_and_count(texts, analyzer)
+    assert vocab == want_vocab and counts.indices.tolist() == want.indices.tolist()
+    assert counts.data.tolist() == want.data.tolist()
+
+
+def test_a_text_that_is_not_a_string_is_named_and_nothing_is_kept():
+    analyzer = EnglishAnalyzer()
+    with pytest.raises(TypeError, match=r"texts\[1\] must be str, got int: 3"):
+        parallel.analyze_and_count(["ok fine", 3, "fine"], analyzer)
+    assert len(analyzer.chunk_table) == 0
+
+
+def test_the_chunk_tables_calls_check_what_they_are_given():
+    table = native.ChunkTable()
+    with pytest.raises(TypeError, match="must be a sequence of str"):
+        table.scan(7)
+    occurrences, per_text, new = table.scan(["b a b", "", "c"])
+    assert new == ["b", "a", "c"] and np.frombuffer(occurrences, np.int32).tolist() == [0, 1, 0, 2]
+    assert np.frombuffer(per_text, np.int64).tolist() == [3, 0, 1]
+    with pytest.raises(ValueError, match="no terms"):
+        table.expand(occurrences, per_text)  # the new chunks were not analysed yet
+    with pytest.raises(ValueError, match="3 chunks wait for their terms, got terms for 4"):
+        table.set_terms([(0,), (1,), (2,), (3,)])
+    with pytest.raises(ValueError, match="term id -1 is negative"):
+        table.set_terms([(0,), (-1,), ()])
+    with pytest.raises(TypeError):
+        table.set_terms([(0,), ("x",), ()])
+    table.set_terms([(7,), (8, 9), ()])  # terms of the chunks b, a, c: c has none (a stop word)
+    ids, lengths = table.expand(occurrences, per_text)
+    assert np.frombuffer(ids, np.int64).tolist() == [7, 8, 9, 7] and np.frombuffer(lengths, np.int64).tolist() == [4, 0, 0]
+    with pytest.raises(ValueError, match="adds up to 2, got 4 occurrences"):
+        table.expand(occurrences, np.array([1, 0, 1], np.int64))
+    with pytest.raises(ValueError, match="int32 items"):
+        table.expand(b"\x00\x00\x00", per_text)
+    order, first_text = table.first_terms([(occurrences, per_text)], 10)
+    assert np.frombuffer(order, np.int64).tolist() == [7, 8, 9] and np.frombuffer(first_text, np.int64).tolist() == [0] * 3
+    with pytest.raises(ValueError, match="holds term id 9, n_ids = 9"):
+        table.first_terms([(occurrences, per_text)], 9)
+    final = np.full(10, -1, np.int64)
+    final[[7, 8, 9]] = [1, 2, 0]
+    columns, counts, per_row = table.count(occurrences, per_text, final, 3)
+    assert np.frombuffer(columns, np.int32).tolist() == [0, 1, 2] and np.frombuffer(counts, np.int32).tolist() == [1, 2, 1]
+    assert np.frombuffer(per_row, np.int64).tolist() == [3, 0, 0]
+    final[8] = -1
+    with pytest.raises(ValueError, match="text 0 has term id 8, which has no final id"):
+        table.count(occurrences, per_text, final, 3)
+    assert len(table) == 3
+    table.clear()
+    assert len(table) == 0 and table.scan(["a"])[2] == ["a"]
