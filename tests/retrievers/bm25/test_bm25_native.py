@@ -164,3 +164,23 @@ def test_the_chunk_tables_calls_check_what_they_are_given():
     assert len(table) == 3
     table.clear()
     assert len(table) == 0 and table.scan(["a"])[2] == ["a"]
+
+
+def test_the_c_weights_are_numpys_bit_for_bit(monkeypatch):
+    from r2med.retrievers.bm25.index import BM25Index
+
+    texts = [json.loads(line)["text"] for line in shared_path("data", "scifact", "corpus.jsonl").read_text().splitlines()]
+    token_lists = EnglishAnalyzer().analyze_many(texts) + [[], ["the"], ["x"] * 40]
+    for k1, b in ((0.9, 0.4), (1.2, 0.75), (0.0, 1.0)):
+        ours = BM25Index.build(token_lists, k1=k1, b=b, workers=2)._weights.data
+        with monkeypatch.context() as hidden:
+            hidden.setattr(kernel, "native", None)
+            theirs = BM25Index.build(token_lists, k1=k1, b=b, workers=2)._weights.data
+        assert ours.dtype == theirs.dtype == np.float32
+        assert np.array_equal(ours.view(np.uint32), theirs.view(np.uint32))
+    with pytest.raises(ValueError, match=r"indices\[1\] = 9 is not a term of idf"):
+        native.gensim_weights(np.array([0, 2], np.int32), np.array([0, 9], np.int32), np.array([1, 1], np.int32),
+                              np.ones(1), np.ones(3), np.zeros(2, np.float32), 0, 1)
+    with pytest.raises(ValueError, match="the shapes do not fit"):
+        native.gensim_weights(np.array([0, 2], np.int32), np.array([0, 1], np.int32), np.array([1, 1], np.int32),
+                              np.ones(1), np.ones(3), np.zeros(2, np.float32), 0, 2)

@@ -1241,10 +1241,112 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------------ gensim_weights */
+
+/* out[j] = (float)(idf[indices[j]] * (tf / (tf + norm[row]))) for the entries j of rows [start, stop): scoring.py's
+ * gensim_weights, the same float64 operations in the same order, rounded to float32 once at the end. */
+#define GENSIM_WEIGHTS(NAME, I, C)                                                                                \
+    static void NAME(const I *indptr, const I *indices, const C *counts, const double *norm, const double *idf,    \
+                     float *out, Py_ssize_t start, Py_ssize_t stop) {                                             \
+        for (Py_ssize_t i = start; i < stop; i++) {                                                               \
+            const double n = norm[i];                                                                             \
+            for (I j = indptr[i]; j < indptr[i + 1]; j++) {                                                       \
+                const double tf = (double)counts[j];                                                              \
+                double x = tf + n;                                                                                \
+                x = tf / x;                                                                                       \
+                out[j] = (float)(idf[indices[j]] * x);                                                            \
+            }                                                                                                     \
+        }                                                                                                         \
+    }
+GENSIM_WEIGHTS(gensim_weights_i32_c32, int32_t, int32_t)
+GENSIM_WEIGHTS(gensim_weights_i64_c32, int64_t, int32_t)
+GENSIM_WEIGHTS(gensim_weights_i32_c64, int32_t, int64_t)
+GENSIM_WEIGHTS(gensim_weights_i64_c64, int64_t, int64_t)
+
+static PyObject *gensim_weights(PyObject *Py_UNUSED(module), PyObject *args) {
+    PyObject *objects[6];
+    Py_ssize_t start, stop;
+    if (!PyArg_ParseTuple(args, "OOOOOOnn:gensim_weights", &objects[0], &objects[1], &objects[2], &objects[3],
+                          &objects[4], &objects[5], &start, &stop))
+        return NULL;
+    static const char *names[6] = {"indptr", "indices", "counts", "norm", "idf", "out"};
+    Py_buffer views[6];
+    int held = 0;
+    PyObject *result = NULL;
+    for (; held < 6; held++) {
+        int flags = PyBUF_FORMAT | PyBUF_ND | PyBUF_C_CONTIGUOUS | (held == 5 ? PyBUF_WRITABLE : 0);
+        if (PyObject_GetBuffer(objects[held], &views[held], flags) < 0) goto done;
+    }
+    Py_buffer *indptr = &views[0], *indices = &views[1], *counts = &views[2], *norm = &views[3], *idf = &views[4],
+              *out = &views[5];
+    for (int k = 0; k < 6; k++) {
+        char kind = buffer_kind(&views[k]);
+        Py_ssize_t item = views[k].itemsize;
+        int ok = views[k].ndim == 1 &&
+                 (k < 2   ? kind == 'i' && (item == 4 || item == 8) && item == indptr->itemsize
+                  : k == 2 ? kind == 'i' && (item == 4 || item == 8)
+                  : k < 5  ? kind == 'f' && item == 8
+                           : kind == 'f' && item == 4);
+        if (!ok) {
+            PyErr_Format(PyExc_ValueError,
+                         "gensim_weights: %s must be a C-contiguous 1-D array (indptr and indices int32 or int64 "
+                         "alike, counts int32 or int64, norm and idf float64, out float32)",
+                         names[k]);
+            goto done;
+        }
+    }
+    Py_ssize_t n_rows = indptr->shape[0] - 1, nnz = counts->shape[0], n_terms = idf->shape[0];
+    if (n_rows < 0 || indices->shape[0] != nnz || out->shape[0] != nnz || norm->shape[0] != n_rows || start < 0 ||
+        stop < start || stop > n_rows) {
+        PyErr_SetString(PyExc_ValueError, "gensim_weights: the shapes do not fit (indptr n_rows + 1; indices, counts "
+                                          "and out nnz; norm n_rows; 0 <= start <= stop <= n_rows)");
+        goto done;
+    }
+    /* the rows' pointers and column indices are checked (only those this call reads), so that nothing is read or
+     * written out of bounds */
+    int wide = indptr->itemsize == 8;
+    for (Py_ssize_t i = start; i <= stop; i++) {
+        int64_t p = wide ? ((const int64_t *)indptr->buf)[i] : ((const int32_t *)indptr->buf)[i];
+        int64_t before = i == start ? 0 : (wide ? ((const int64_t *)indptr->buf)[i - 1] : ((const int32_t *)indptr->buf)[i - 1]);
+        if (p < before || p > nnz) {
+            PyErr_Format(PyExc_ValueError, "gensim_weights: indptr[%zd] = %lld is not a row pointer of %zd entries",
+                         i, (long long)p, nnz);
+            goto done;
+        }
+    }
+    Py_ssize_t first = (Py_ssize_t)(wide ? ((const int64_t *)indptr->buf)[start] : ((const int32_t *)indptr->buf)[start]);
+    Py_ssize_t last = (Py_ssize_t)(wide ? ((const int64_t *)indptr->buf)[stop] : ((const int32_t *)indptr->buf)[stop]);
+    for (Py_ssize_t j = first; j < last; j++) {
+        int64_t c = wide ? ((const int64_t *)indices->buf)[j] : ((const int32_t *)indices->buf)[j];
+        if (c < 0 || c >= n_terms) {
+            PyErr_Format(PyExc_ValueError, "gensim_weights: indices[%zd] = %lld is not a term of idf (%zd terms)", j,
+                         (long long)c, n_terms);
+            goto done;
+        }
+    }
+    int wide_counts = counts->itemsize == 8;
+    Py_BEGIN_ALLOW_THREADS
+    if (wide && wide_counts)
+        gensim_weights_i64_c64(indptr->buf, indices->buf, counts->buf, norm->buf, idf->buf, out->buf, start, stop);
+    else if (wide)
+        gensim_weights_i64_c32(indptr->buf, indices->buf, counts->buf, norm->buf, idf->buf, out->buf, start, stop);
+    else if (wide_counts)
+        gensim_weights_i32_c64(indptr->buf, indices->buf, counts->buf, norm->buf, idf->buf, out->buf, start, stop);
+    else
+        gensim_weights_i32_c32(indptr->buf, indices->buf, counts->buf, norm->buf, idf->buf, out->buf, start, stop);
+    Py_END_ALLOW_THREADS
+    result = Py_NewRef(Py_None);
+done:
+    for (int k = 0; k < held; k++) PyBuffer_Release(&views[k]);
+    return result;
+}
+
 /* ------------------------------------------------------------------ module */
 
 static PyMethodDef module_methods[] = {
     {"stem_ascii", stem_ascii, METH_O, "stem_ascii(word) -> porter.stem(word), for a word of ASCII characters"},
+    {"gensim_weights", gensim_weights, METH_VARARGS,
+     "gensim_weights(indptr, indices, counts, norm, idf, out, start, stop): scoring.gensim_weights over rows"},
     {"csr_product", csr_product, METH_VARARGS,
      "csr_product(indptr, indices, data, block, out): out += csr @ block, added up as SciPy's csr_matvecs"},
     {NULL, NULL, 0, NULL},

@@ -50,6 +50,7 @@ import numpy as np
 
 from r2med.errors import InvalidInputError, UsageError
 from r2med.retrievers.bm25 import persist
+from r2med.retrievers.bm25 import kernel
 from r2med.retrievers.bm25.cores import default_workers, in_threads, row_parts
 from r2med.retrievers.bm25.options import K1, K1_MAX, VARIANTS, B
 from r2med.retrievers.bm25.ranking import (
@@ -206,7 +207,19 @@ class BM25Index:
         if self.avgdl > 0:
             norm = gensim_length_norm(self.doc_lengths, k1=p.k1, b=p.b, avgdl=self.avgdl)
 
+            native = kernel.native
+            if native is not None:  # BM25's C kernel: the same float64 operations, in one pass
+                indptr = np.ascontiguousarray(c.indptr) if c.indptr.dtype in (np.int32, np.int64) else \
+                    c.indptr.astype(np.int64)
+                indices = np.ascontiguousarray(c.indices, dtype=indptr.dtype)
+                data = c.data if c.data.dtype in (np.int32, np.int64) else c.data.astype(np.int64)
+                data = np.ascontiguousarray(data)
+                idf = np.ascontiguousarray(self.idf, dtype=np.float64)
+
             def weigh(rows: tuple[int, int]) -> None:  # float64 weights of a range of rows, stored as float32
+                if native is not None:
+                    native.gensim_weights(indptr, indices, data, norm, idf, w, rows[0], rows[1])
+                    return
                 e0, e1 = c.indptr[rows[0]], c.indptr[rows[1]]
                 row_norm = np.repeat(norm[rows[0]:rows[1]], np.diff(c.indptr[rows[0]:rows[1] + 1]))
                 w[e0:e1] = gensim_weights(c.data[e0:e1], row_norm, self.idf[c.indices[e0:e1]])
