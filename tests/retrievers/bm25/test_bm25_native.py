@@ -14,11 +14,12 @@ import pytest
 
 from conftest import REPO, shared_path
 from r2med.retrievers.bm25 import kernel, parallel, porter
-from r2med.retrievers.bm25.analyzer import EnglishAnalyzer
-from r2med.retrievers.bm25.chunks import NativeChunkTable
+from r2med.retrievers.bm25.analyzer import ENGLISH_STOP_WORDS, EnglishAnalyzer
+from r2med.retrievers.bm25.chunks import SEPARATOR_BYTES, NativeChunkTable
 from r2med.retrievers.bm25.vocabulary import count_matrix
 
 native = kernel.native
+SEPARATORS = set(SEPARATOR_BYTES.decode("ascii"))
 pytestmark = pytest.mark.skipif(native is None, reason="BM25's C kernel was not built (test_bm25_sparse says so)")
 
 #: every suffix Porter's steps look at, and stems that make each step's conditions come out both ways
@@ -131,8 +132,8 @@ def test_the_chunk_tables_calls_check_what_they_are_given():
     table = native.ChunkTable()
     with pytest.raises(TypeError, match="must be a sequence of str"):
         table.scan(7)
-    occurrences, per_text, new = table.scan(["b a b", "", "c"])
-    assert new == ["b", "a", "c"] and np.frombuffer(occurrences, np.int32).tolist() == [0, 1, 0, 2]
+    occurrences, per_text, new, words = table.scan(["b a b", "", "c"])
+    assert new == ["b", "a", "c"] and words is None and np.frombuffer(occurrences, np.int32).tolist() == [0, 1, 0, 2]
     assert np.frombuffer(per_text, np.int64).tolist() == [3, 0, 1]
     with pytest.raises(ValueError, match="no terms"):
         table.expand(occurrences, per_text)  # the new chunks were not analysed yet
@@ -166,6 +167,32 @@ def test_the_chunk_tables_calls_check_what_they_are_given():
     assert len(table) == 0 and table.scan(["a"])[2] == ["a"]
 
 
+@pytest.mark.parametrize("stopwords", [True, False])
+@pytest.mark.parametrize("stemming", [True, False])
+def test_plain_words_are_analysed_in_c_as_the_analyzer_does(stopwords, stemming):
+    """Every chunk the kernel calls a plain word gets the analyzer's own terms for it; every other chunk is left to
+    the analyzer."""
+    chunks = set()
+    for line in shared_path("data", "scifact", "corpus.jsonl").read_text(encoding="utf-8").splitlines()[:1500]:
+        chunks.update(json.loads(line)["text"].split())
+    chunks.update(HOSTILE)
+    chunks.update(["The", "THE", "it's", "(The)", "...", "-", "x" * 255, "x" * 256, "(" + "y" * 255 + ")", "a_b", "_a",
+                   "a.", ".a", "'a'", "[1]", "1,000", "Is", "such", "THEIR", "into", "café", "b\x7fc", "ab\x00"])
+    chunks = sorted(c for c in chunks if c and not any(ch in SEPARATORS for ch in c))
+    analyzer = EnglishAnalyzer(stopwords=stopwords, stemming=stemming)
+    table = native.ChunkTable(words=True, stop_words=sorted(ENGLISH_STOP_WORDS) if stopwords else (),
+                              stemming=stemming)
+    _, _, new, words = table.scan([" ".join(chunks)])
+    assert new == chunks
+    plain = 0
+    for chunk, word in zip(new, words):
+        if word is not None:
+            plain += 1
+            assert analyzer._chunk_terms(chunk) == ((word,) if word else ()), chunk
+    assert plain > 0.6 * len(chunks)
+    assert dict(zip(new, words))["x" * 256] is None and dict(zip(new, words))["café"] is None
+
+
 def test_the_c_weights_are_numpys_bit_for_bit(monkeypatch):
     from r2med.retrievers.bm25.index import BM25Index
 
@@ -184,3 +211,45 @@ def test_the_c_weights_are_numpys_bit_for_bit(monkeypatch):
     with pytest.raises(ValueError, match="the shapes do not fit"):
         native.gensim_weights(np.array([0, 2], np.int32), np.array([0, 1], np.int32), np.array([1, 1], np.int32),
                               np.ones(1), np.ones(3), np.zeros(2, np.float32), 0, 2)
+
+
+def test_scores_by_term_are_the_products_bit_for_bit(monkeypatch):
+    from r2med.retrievers.bm25 import index as index_module
+    from r2med.retrievers.bm25.index import BM25Index
+
+    rows = [json.loads(line) for line in shared_path("data", "scifact", "corpus.jsonl").read_text().splitlines()]
+    queries = [json.loads(line)["text"] for line in shared_path("data", "scifact", "query.jsonl").read_text().splitlines()]
+    analyzer = EnglishAnalyzer()
+    index = BM25Index.build(analyzer.analyze_many([r["text"] for r in rows]), workers=2)
+    query_lists = analyzer.analyze_many(queries[:120]) + [[], ["unknownword"]]
+    ours = index.score_all(query_lists)  # the C kernel: by term over the transposed weights
+    monkeypatch.setattr(index_module, "choose_kernel", lambda matrix, columns: "scipy")
+    theirs = index.score_all(query_lists)
+    assert ours.dtype == theirs.dtype == np.float32 and ours.shape == theirs.shape == (122, len(rows))
+    assert np.array_equal(ours.view(np.uint32), theirs.view(np.uint32))
+    assert (ours[:-2].max(axis=1) > 0).all() and not ours[-2:].any()
+    t = index._weights_by_term()
+    assert t.shape == (index._weights.shape[1], index._weights.shape[0])
+    assert np.array_equal(t.toarray(), index._weights.toarray().T)
+
+
+def test_the_transpose_and_the_scores_by_term_check_their_arrays():
+    indptr, indices, data = np.array([0, 2, 3], np.int32), np.array([0, 2, 1], np.int32), np.ones(3, np.float32)
+    out_indptr, rows, out_data = np.empty(4, np.int64), np.empty(3, np.int32), np.empty(3, np.float32)
+    native.csr_transpose(indptr, indices, data, out_indptr, rows, out_data)
+    assert out_indptr.tolist() == [0, 1, 2, 3] and rows.tolist() == [0, 1, 0]
+    with pytest.raises(ValueError, match=r"indices\[1\] = 2 is not in \[0, 2\)"):
+        native.csr_transpose(indptr, indices, data, np.empty(3, np.int64), rows, out_data)
+    with pytest.raises(ValueError, match="out_indptr needs n_cols \\+ 1 int64 items"):
+        native.csr_transpose(indptr, indices, data, np.empty(4, np.int32), rows, out_data)
+    scores = np.zeros(2 * 2, np.float32)
+    out_indptr = out_indptr.astype(np.int32)  # row pointers and rows of one type
+    with pytest.raises(ValueError, match=r"terms\[0\] = 3 is not a column"):
+        native.score_columns(out_indptr, rows, out_data, np.array([0, 1, 1]), np.array([3]), np.ones(1, np.float32),
+                             scores)
+    with pytest.raises(ValueError, match=r"query_ptr\[1\] = 2 does not fit 1 query terms"):
+        native.score_columns(out_indptr, rows, out_data, np.array([0, 2, 1]), np.array([0]), np.ones(1, np.float32),
+                             scores)
+    native.score_columns(out_indptr, rows, out_data, np.array([0, 2, 2]), np.array([0, 2]),
+                         np.array([2, 3], np.float32), scores)
+    assert scores.reshape(2, 2).tolist() == [[2.0, 3.0], [0.0, 0.0]]

@@ -7,11 +7,14 @@
  * ChunkTable: a hash table of chunks (runs of bytes between separator bytes: the ASCII controls, space and
  * DEL, all of class OTHER for Lucene's tokenizer) -> chunk id, and each chunk's term ids once Python has
  * analysed it. Chunk ids are handed out in order of first occurrence.
- *   scan(texts) -> (occurrences, chunks_per_text, new_chunks)
+ * ChunkTable(*, words=False, stop_words=(), stemming=True)
+ *   scan(texts) -> (occurrences, chunks_per_text, new_chunks, words)
  *       texts: a sequence of str (a chunk's key is its UTF-8 bytes, lone surrogates as "surrogatepass" writes
  *       them; an ASCII text's characters are those bytes, so it is read in place, without the GIL).
  *       occurrences: the chunk id of every chunk of every text, in order (int32); chunks_per_text: int64;
- *       new_chunks: the chunks not handed out before, decoded (UTF-8, surrogatepass), in id order.
+ *       new_chunks: the chunks not handed out before, decoded (UTF-8, surrogatepass), in id order; words: for
+ *       a table made with words=True, what the analyzer makes of each new chunk that is a plain word (its term,
+ *       or "" for none: simple_term), None for the others, which Python analyses; else None.
  *   set_terms(found): the term ids (a sequence of int sequences) of the next chunks handed out, in id order.
  *   expand(occurrences, chunks_per_text) -> (term_ids, terms_per_text): each occurrence replaced by its
  *       chunk's term ids (int64).
@@ -35,6 +38,7 @@
 #include <string.h>
 
 static unsigned char IS_SEPARATOR[256];
+static unsigned char IS_EDGE[256]; /* tokenizer.EDGE_PUNCTUATION: printable ASCII but letters, digits and "_" */
 
 /* ------------------------------------------------------------------ growable arrays */
 
@@ -130,6 +134,9 @@ typedef struct {
     Vec term_count;      /* per analysed chunk: how many term ids it has (int32) */
     Vec terms;           /* the term ids of all analysed chunks (int64) */
     size_t scanned;      /* the chunks handed out by scans (as new chunks): ids below this */
+    int words;           /* scan analyses plain words itself (see simple_term) */
+    int stemming;        /* ... and stems them */
+    PyObject *stop_words; /* ... and drops these (a tuple of str) */
     int scanning;        /* a scan is walking the texts (GIL released): no other scan, no clear */
     int expanding;       /* expands walking the term ids (GIL released): no set_terms, no clear */
 } ChunkTable;
@@ -262,10 +269,28 @@ static inline size_t chunk_at(const unsigned char *p, size_t before_end, size_t 
 }
 
 static PyObject *ChunkTable_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, ":ChunkTable", kwlist)) return NULL;
+    static char *kwlist[] = {"words", "stop_words", "stemming", NULL};
+    int words = 0, stemming = 1;
+    PyObject *stop_words = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$pOp:ChunkTable", kwlist, &words, &stop_words, &stemming))
+        return NULL;
+    PyObject *stops = stop_words ? PySequence_Tuple(stop_words) : PyTuple_New(0);
+    if (!stops) return NULL;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(stops); i++) {
+        if (!PyUnicode_Check(PyTuple_GET_ITEM(stops, i))) {
+            PyErr_SetString(PyExc_TypeError, "ChunkTable: stop_words must be str");
+            Py_DECREF(stops);
+            return NULL;
+        }
+    }
     ChunkTable *t = (ChunkTable *)type->tp_alloc(type, 0);
-    if (!t) return NULL;
+    if (!t) {
+        Py_DECREF(stops);
+        return NULL;
+    }
+    t->words = words;
+    t->stemming = stemming;
+    t->stop_words = stops;
     if (table_reset(t) < 0) {
         Py_DECREF(t);
         return PyErr_NoMemory();
@@ -275,6 +300,7 @@ static PyObject *ChunkTable_new(PyTypeObject *type, PyObject *args, PyObject *kw
 
 static void ChunkTable_dealloc(ChunkTable *t) {
     table_release(t);
+    Py_XDECREF(t->stop_words);
     Py_TYPE(t)->tp_free((PyObject *)t);
 }
 
@@ -452,11 +478,43 @@ typedef struct {
     int ascii;
 } Text;
 
+static size_t porter_stem(char *w, char *cv, size_t n);
+
+/* What the analyzer makes of a plain word chunk (analyzer.py, EnglishAnalyzer._chunk_terms): an ASCII chunk
+ * whose core (the chunk without the ASCII punctuation at its ends, tokenizer.EDGE_PUNCTUATION: every printable
+ * ASCII character but letters, digits and "_") is 1-255 letters and digits is that one token, lower-cased, then
+ * "" when it is a stop word, else Porter-stemmed (when stemming). A new reference: the term, "" (no term), or None
+ * for any other chunk (Python analyses it). */
+static PyObject *simple_term(ChunkTable *t, const unsigned char *p, size_t n) {
+    size_t a = 0, b = n;
+    for (size_t i = 0; i < n; i++)
+        if (p[i] >= 0x80) Py_RETURN_NONE;
+    while (a < b && IS_EDGE[p[a]]) a++;
+    while (b > a && IS_EDGE[p[b - 1]]) b--;
+    size_t m = b - a;
+    if (m == 0 || m > 255) Py_RETURN_NONE;
+    char w[2 * 256 + 4], *cv = w + 258;
+    for (size_t i = 0; i < m; i++) {
+        unsigned char c = p[a + i];
+        if (c >= 'A' && c <= 'Z') c = (unsigned char)(c + ('a' - 'A'));
+        else if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'))) Py_RETURN_NONE;
+        w[i] = (char)c;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(t->stop_words); i++) {
+        PyObject *stop = PyTuple_GET_ITEM(t->stop_words, i);
+        if (PyUnicode_IS_ASCII(stop) && (size_t)PyUnicode_GET_LENGTH(stop) == m &&
+            memcmp(PyUnicode_DATA(stop), w, m) == 0)
+            return PyUnicode_FromStringAndSize("", 0);
+    }
+    if (t->stemming) m = porter_stem(w, cv, m);
+    return PyUnicode_FromStringAndSize(w, (Py_ssize_t)m);
+}
+
 static PyObject *ChunkTable_scan(ChunkTable *t, PyObject *arg) {
     if (check_free(t, 1, 0) < 0) return NULL;
     PyObject *seq = PySequence_Fast(arg, "scan: texts must be a sequence of str");
     if (!seq) return NULL;
-    PyObject *result = NULL, *occ = NULL, *per = NULL, *new_chunks = NULL;
+    PyObject *result = NULL, *occ = NULL, *per = NULL, *new_chunks = NULL, *terms = NULL;
     Py_ssize_t n_texts = PySequence_Fast_GET_SIZE(seq);
     PyObject **items = PySequence_Fast_ITEMS(seq);
     Text *texts = PyMem_Malloc((size_t)(n_texts ? n_texts : 1) * sizeof(Text));
@@ -542,21 +600,29 @@ static PyObject *ChunkTable_scan(ChunkTable *t, PyObject *arg) {
     /* new: every chunk not handed out yet (a failed scan's too), in id order */
     size_t first_new = t->scanned, n_new = t->offset.len - first_new;
     new_chunks = PyList_New((Py_ssize_t)n_new);
-    if (!new_chunks) goto done;
+    terms = t->words ? PyList_New((Py_ssize_t)n_new) : Py_NewRef(Py_None);
+    if (!new_chunks || !terms) goto done;
     for (size_t k = 0; k < n_new; k++) {
         size_t c = first_new + k;
-        PyObject *s = PyUnicode_DecodeUTF8((const char *)t->bytes.data + VEC_AT(t->offset, int64_t, c),
-                                           VEC_AT(t->length, int32_t, c), "surrogatepass");
+        const unsigned char *bytes = (const unsigned char *)t->bytes.data + VEC_AT(t->offset, int64_t, c);
+        size_t length = (size_t)VEC_AT(t->length, int32_t, c);
+        PyObject *s = PyUnicode_DecodeUTF8((const char *)bytes, (Py_ssize_t)length, "surrogatepass");
         if (!s) goto done;
         PyList_SET_ITEM(new_chunks, (Py_ssize_t)k, s);
+        if (t->words) {
+            PyObject *term = simple_term(t, bytes, length);
+            if (!term) goto done;
+            PyList_SET_ITEM(terms, (Py_ssize_t)k, term);
+        }
     }
-    result = PyTuple_Pack(3, occ, per, new_chunks);
+    result = PyTuple_Pack(4, occ, per, new_chunks, terms);
     if (result) t->scanned = t->offset.len;
 done:
     PyMem_Free(texts);
     Py_XDECREF(occ);
     Py_XDECREF(per);
     Py_XDECREF(new_chunks);
+    Py_XDECREF(terms);
     Py_DECREF(seq);
     return result;
 }
@@ -926,7 +992,8 @@ done:
 }
 
 static PyMethodDef ChunkTable_methods[] = {
-    {"scan", (PyCFunction)ChunkTable_scan, METH_O, "scan(texts) -> (occurrences, chunks_per_text, new_chunks)"},
+    {"scan", (PyCFunction)ChunkTable_scan, METH_O,
+     "scan(texts) -> (occurrences, chunks_per_text, new_chunks, words)"},
     {"set_terms", (PyCFunction)ChunkTable_set_terms, METH_O,
      "set_terms(found): the term ids (a sequence of int sequences) of the next chunks handed out, in id order"},
     {"expand", (PyCFunction)ChunkTable_expand, METH_VARARGS,
@@ -1341,12 +1408,193 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------------ csr_transpose, score_columns */
+
+/* The index array item at i (int32 or int64 by `wide`). */
+static inline int64_t item_at(const void *array, int wide, Py_ssize_t i) {
+    return wide ? ((const int64_t *)array)[i] : ((const int32_t *)array)[i];
+}
+
+/* Get a C-contiguous 1-D buffer of integers (int32 or int64) or of floats (kind 'f', item size `float_size`, 0:
+ * 4 or 8); -1 with an exception naming `name` when it is not one. */
+static int get_array(PyObject *object, Py_buffer *view, const char *where, const char *name, char kind,
+                     Py_ssize_t float_size, int writable) {
+    if (PyObject_GetBuffer(object, view, PyBUF_FORMAT | PyBUF_ND | PyBUF_C_CONTIGUOUS |
+                                             (writable ? PyBUF_WRITABLE : 0)) < 0)
+        return -1;
+    Py_ssize_t item = view->itemsize;
+    int ok = view->ndim == 1 && buffer_kind(view) == kind &&
+             (kind == 'i' ? (item == 4 || item == 8) : (float_size ? item == float_size : (item == 4 || item == 8)));
+    if (!ok) {
+        PyErr_Format(PyExc_ValueError, "%s: %s must be a C-contiguous 1-D array of %s", where, name,
+                     kind == 'i' ? "int32 or int64" : (float_size == 4 ? "float32" : "float32 or float64"));
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+/* indptr (rows + 1), indices, data: a CSR matrix with n_cols columns. Checked: the row pointers (0 first, nnz last,
+ * never decreasing) and every column index. */
+static int check_csr(const char *where, Py_buffer *indptr, Py_buffer *indices, Py_ssize_t nnz, Py_ssize_t n_cols) {
+    int wide = indptr->itemsize == 8;
+    Py_ssize_t n_rows = indptr->shape[0] - 1;
+    if (n_rows < 0 || indices->shape[0] != nnz || indices->itemsize != indptr->itemsize) {
+        PyErr_Format(PyExc_ValueError, "%s: indptr needs n_rows + 1 items, indices nnz items of indptr's type", where);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i <= n_rows; i++) {
+        int64_t p = item_at(indptr->buf, wide, i), before = i ? item_at(indptr->buf, wide, i - 1) : 0;
+        if ((i == 0 && p != 0) || p < before || p > nnz || (i == n_rows && p != nnz)) {
+            PyErr_Format(PyExc_ValueError, "%s: indptr[%zd] = %lld is not a row pointer of %zd entries", where, i,
+                         (long long)p, nnz);
+            return -1;
+        }
+    }
+    for (Py_ssize_t j = 0; j < nnz; j++) {
+        int64_t c = item_at(indices->buf, wide, j);
+        if (c < 0 || c >= n_cols) {
+            PyErr_Format(PyExc_ValueError, "%s: indices[%zd] = %lld is not in [0, %zd)", where, j, (long long)c,
+                         n_cols);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static PyObject *csr_transpose(PyObject *Py_UNUSED(module), PyObject *args) {
+    PyObject *o[6];
+    if (!PyArg_ParseTuple(args, "OOOOOO:csr_transpose", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5])) return NULL;
+    static const char *names[6] = {"indptr", "indices", "data", "out_indptr", "out_rows", "out_data"};
+    Py_buffer v[6];
+    int held = 0;
+    PyObject *result = NULL;
+    for (; held < 6; held++)
+        if (get_array(o[held], &v[held], "csr_transpose", names[held], held % 3 == 2 ? 'f' : 'i', 0, held >= 3) < 0)
+            goto done;
+    Py_ssize_t nnz = v[2].shape[0], n_cols = v[3].shape[0] - 1, n_rows = v[0].shape[0] - 1;
+    if (n_cols < 0 || v[4].shape[0] != nnz || v[5].shape[0] != nnz || v[5].itemsize != v[2].itemsize ||
+        v[3].itemsize != 8 || v[4].itemsize != v[1].itemsize) {
+        PyErr_SetString(PyExc_ValueError, "csr_transpose: out_indptr needs n_cols + 1 int64 items, out_rows nnz items "
+                                          "of indices' type, out_data nnz items of data's type");
+        goto done;
+    }
+    if (check_csr("csr_transpose", &v[0], &v[1], nnz, n_cols) < 0) goto done;
+    int wide = v[0].itemsize == 8, f64 = v[2].itemsize == 8;
+    int64_t *next = malloc((size_t)(n_cols ? n_cols : 1) * sizeof(int64_t));
+    if (!next) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int64_t *out_indptr = v[3].buf;
+    Py_BEGIN_ALLOW_THREADS
+    memset(out_indptr, 0, (size_t)(n_cols + 1) * sizeof(int64_t));
+    for (Py_ssize_t j = 0; j < nnz; j++) out_indptr[item_at(v[1].buf, wide, j) + 1]++;
+    for (Py_ssize_t c = 0; c < n_cols; c++) {
+        out_indptr[c + 1] += out_indptr[c];
+        next[c] = out_indptr[c];
+    }
+    for (Py_ssize_t i = 0; i < n_rows; i++) { /* rows in increasing order: each column's rows stay increasing */
+        for (int64_t j = item_at(v[0].buf, wide, i); j < item_at(v[0].buf, wide, i + 1); j++) {
+            int64_t at = next[item_at(v[1].buf, wide, j)]++;
+            if (wide)
+                ((int64_t *)v[4].buf)[at] = i;
+            else
+                ((int32_t *)v[4].buf)[at] = (int32_t)i;
+            if (f64)
+                ((double *)v[5].buf)[at] = ((const double *)v[2].buf)[j];
+            else
+                ((float *)v[5].buf)[at] = ((const float *)v[2].buf)[j];
+        }
+    }
+    Py_END_ALLOW_THREADS
+    free(next);
+    result = Py_NewRef(Py_None);
+done:
+    for (int k = 0; k < held; k++) PyBuffer_Release(&v[k]);
+    return result;
+}
+
+/* out[q, row] (zeros, float32) = sum over query q's terms t, in the given (increasing) order, of
+ * data[j] * weight for the entries j of column t: the float32 products and sums of csr_product's loop for the
+ * query's nonzero weights, in the same order for every row (adding a zero weight's product leaves a sum as it
+ * was), so the scores are bit-identical to it. */
+static PyObject *score_columns(PyObject *Py_UNUSED(module), PyObject *args) {
+    PyObject *o[7];
+    if (!PyArg_ParseTuple(args, "OOOOOOO:score_columns", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6]))
+        return NULL;
+    static const char *names[7] = {"indptr", "rows", "data", "query_ptr", "terms", "weights", "out"};
+    static const char kinds[7] = {'i', 'i', 'f', 'i', 'i', 'f', 'f'};
+    Py_buffer v[7];
+    int held = 0;
+    PyObject *result = NULL;
+    for (; held < 7; held++)
+        if (get_array(o[held], &v[held], "score_columns", names[held], kinds[held], 4, held == 6) < 0) goto done;
+    Py_ssize_t n_cols = v[0].shape[0] - 1, nnz = v[2].shape[0], n_queries = v[3].shape[0] - 1;
+    Py_ssize_t n_entries = v[4].shape[0];
+    if (n_cols < 0 || n_queries < 0 || v[5].shape[0] != n_entries || v[3].itemsize != 8 || v[4].itemsize != 8) {
+        PyErr_SetString(PyExc_ValueError, "score_columns: query_ptr needs n_queries + 1 int64 items, terms (int64) "
+                                          "and weights one item per query term");
+        goto done;
+    }
+    int wide = v[0].itemsize == 8;
+    /* rows: the largest row index + 1 is out's row length; checked with the columns */
+    Py_ssize_t n_rows = n_queries ? v[6].shape[0] / n_queries : 0;
+    if (n_queries && v[6].shape[0] % n_queries) {
+        PyErr_SetString(PyExc_ValueError, "score_columns: out must hold n_queries x n_rows items");
+        goto done;
+    }
+    if (check_csr("score_columns", &v[0], &v[1], nnz, n_rows) < 0) goto done;
+    const int64_t *qp = v[3].buf, *terms = v[4].buf;
+    for (Py_ssize_t q = 0; q <= n_queries; q++) {
+        if (qp[q] < (q ? qp[q - 1] : 0) || qp[q] > n_entries || (q == 0 && qp[q] != 0) ||
+            (q == n_queries && qp[q] != n_entries)) {
+            PyErr_Format(PyExc_ValueError, "score_columns: query_ptr[%zd] = %lld does not fit %zd query terms", q,
+                         (long long)qp[q], n_entries);
+            goto done;
+        }
+    }
+    for (Py_ssize_t e = 0; e < n_entries; e++) {
+        if (terms[e] < 0 || terms[e] >= n_cols) {
+            PyErr_Format(PyExc_ValueError, "score_columns: terms[%zd] = %lld is not a column (%zd)", e,
+                         (long long)terms[e], n_cols);
+            goto done;
+        }
+    }
+    const float *data = v[2].buf, *weights = v[5].buf;
+    float *out = v[6].buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t q = 0; q < n_queries; q++) {
+        float *acc = out + n_rows * q;
+        for (int64_t e = qp[q]; e < qp[q + 1]; e++) {
+            const float w = weights[e];
+            int64_t lo = item_at(v[0].buf, wide, terms[e]), hi = item_at(v[0].buf, wide, terms[e] + 1);
+            if (wide) {
+                const int64_t *rows = v[1].buf;
+                for (int64_t j = lo; j < hi; j++) acc[rows[j]] += data[j] * w;
+            } else {
+                const int32_t *rows = v[1].buf;
+                for (int64_t j = lo; j < hi; j++) acc[rows[j]] += data[j] * w;
+            }
+        }
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_NewRef(Py_None);
+done:
+    for (int k = 0; k < held; k++) PyBuffer_Release(&v[k]);
+    return result;
+}
+
 /* ------------------------------------------------------------------ module */
 
 static PyMethodDef module_methods[] = {
     {"stem_ascii", stem_ascii, METH_O, "stem_ascii(word) -> porter.stem(word), for a word of ASCII characters"},
     {"gensim_weights", gensim_weights, METH_VARARGS,
      "gensim_weights(indptr, indices, counts, norm, idf, out, start, stop): scoring.gensim_weights over rows"},
+    {"csr_transpose", csr_transpose, METH_VARARGS,
+     "csr_transpose(indptr, indices, data, out_indptr, out_rows, out_data): the transpose (by_column) into out_*"},
+    {"score_columns", score_columns, METH_VARARGS,
+     "score_columns(indptr, rows, data, query_ptr, terms, weights, out): query scores from a transposed matrix"},
     {"csr_product", csr_product, METH_VARARGS,
      "csr_product(indptr, indices, data, block, out): out += csr @ block, added up as SciPy's csr_matvecs"},
     {NULL, NULL, 0, NULL},
@@ -1358,7 +1606,11 @@ static struct PyModuleDef module_def = {
 };
 
 PyMODINIT_FUNC PyInit__native(void) {
-    for (int b = 0; b < 256; b++) IS_SEPARATOR[b] = b <= 0x20 || b == 0x7F;
+    for (int b = 0; b < 256; b++) {
+        IS_SEPARATOR[b] = b <= 0x20 || b == 0x7F;
+        IS_EDGE[b] = b >= 0x21 && b <= 0x7E && b != '_' && !(b >= '0' && b <= '9') && !(b >= 'a' && b <= 'z') &&
+                     !(b >= 'A' && b <= 'Z');
+    }
     if (PyType_Ready(&ChunkTableType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module_def);
     if (!m) return NULL;

@@ -34,7 +34,7 @@ from operator import iconcat as _iconcat
 import numpy as np
 
 from . import _lucene_tables
-from .chunks import NativeChunkTable, NumpyChunkTable, first_occurrence, make_chunk_table
+from .chunks import NativeChunkTable, NumpyChunkTable, PlainWords, first_occurrence, make_chunk_table
 from .porter import stem as porter_stem
 from .tokenizer import (
     EDGE_PUNCTUATION,
@@ -125,6 +125,7 @@ _SPLIT_UNSAFE_SEARCH: Callable[[str], object] = (
     re.compile("[" + re.escape("".join(_SPLIT_UNSAFE)) + "]").search if _SPLIT_UNSAFE else (lambda text: None)
 )
 _EMPTY: tuple[str, ...] = ()
+_EMPTY_IDS: tuple[int, ...] = ()
 
 
 class EnglishAnalyzer:
@@ -153,9 +154,11 @@ class EnglishAnalyzer:
         self._chunks: dict[str, tuple[str, ...]] = {}  # whitespace chunk -> its terms
         self._terms: dict[str, str] = {}  # surface token -> term ("" if dropped)
         self._singles: dict[str, tuple[str]] = {}  # term -> (term,), shared by many chunks
-        self._chunk_table = make_chunk_table(self._chunk_term_ids)  # chunk -> its term ids (term_ids)
         self._id_of_term: dict[str, int] = {}  # term -> id, for this analyzer's lifetime
         self._id_terms: list[str] = []  # id -> term
+        # chunk -> its term ids (term_ids); BM25's C kernel analyses plain words as _chunk_terms does
+        words = PlainWords(ENGLISH_STOP_WORDS if stopwords else frozenset(), stemming, self._word_ids)
+        self._chunk_table = make_chunk_table(self._chunk_term_ids, words)
 
     def __repr__(self) -> str:
         return f"EnglishAnalyzer(stopwords={self.stopwords}, stemming={self.stemming})"
@@ -228,6 +231,16 @@ class EnglishAnalyzer:
     def _chunk_term_ids(self, chunk: str) -> tuple[int, ...]:
         """Lifetime term ids of one chunk (what the chunk table stores)."""
         return self._ids_of(self._chunk_terms(chunk))
+
+    def _word_ids(self, term: str) -> tuple[int, ...]:
+        """Lifetime id of one term, as a tuple (``()`` for ``""``, a dropped word)."""
+        if not term:
+            return _EMPTY_IDS
+        i = self._id_of_term.get(term)
+        if i is None:
+            i = self._id_of_term[term] = len(self._id_terms)
+            self._id_terms.append(term)
+        return (i,)
 
     def _ids_of(self, terms: Iterable[str]) -> tuple[int, ...]:
         """Lifetime ids of ``terms`` (new terms get the next ids)."""

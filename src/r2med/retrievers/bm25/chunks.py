@@ -40,7 +40,8 @@ import numpy as np
 from r2med.retrievers.bm25 import kernel
 
 __all__ = [
-    "SEPARATOR_BYTES", "NativeChunkTable", "NumpyChunkTable", "Scanned", "first_occurrence", "make_chunk_table",
+    "SEPARATOR_BYTES", "NativeChunkTable", "NumpyChunkTable", "PlainWords", "Scanned", "first_occurrence",
+    "make_chunk_table",
 ]
 
 #: The bytes chunks are cut at: ASCII controls, space and DEL, all of class OTHER for Lucene's tokenizer.
@@ -78,9 +79,23 @@ def _mix(k1: np.ndarray, k2: np.ndarray, bits: int) -> np.ndarray:
     return (h >> np.uint64(64 - bits)).astype(np.int64)
 
 
-def make_chunk_table(analyse: Callable[[str], tuple[int, ...]]) -> NativeChunkTable | NumpyChunkTable:
-    """A chunk table (``analyse(chunk)`` gives a new chunk's term ids) on BM25's C kernel where it was built."""
-    return NumpyChunkTable(analyse) if kernel.native is None else NativeChunkTable(analyse)
+class PlainWords(NamedTuple):
+    """How an analyzer treats a plain word (an ASCII chunk whose core, without the punctuation at its ends, is 1-255
+    letters and digits: one token, lower-cased), so that BM25's C kernel can do it without calling ``analyse``: the
+    stop words it drops, whether it stems (Porter), and ``term_ids(term)``, the lifetime ids of a term (``()`` for
+    ``""``, a dropped word)."""
+
+    stop_words: frozenset[str]
+    stemming: bool
+    term_ids: Callable[[str], tuple[int, ...]]
+
+
+def make_chunk_table(
+    analyse: Callable[[str], tuple[int, ...]], words: PlainWords | None = None
+) -> NativeChunkTable | NumpyChunkTable:
+    """A chunk table (``analyse(chunk)`` gives a new chunk's term ids) on BM25's C kernel where it was built, which
+    then analyses plain words itself as ``words`` says (``None``: every new chunk goes to ``analyse``)."""
+    return NumpyChunkTable(analyse) if kernel.native is None else NativeChunkTable(analyse, words)
 
 
 def first_occurrence(ids: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -116,11 +131,16 @@ class NativeChunkTable:
     the chunks (:func:`r2med.retrievers.bm25.vocabulary.matrix_from_chunks`).
     """
 
-    def __init__(self, analyse: Callable[[str], tuple[int, ...]]) -> None:
+    def __init__(self, analyse: Callable[[str], tuple[int, ...]], words: PlainWords | None = None) -> None:
         if kernel.native is None:
             raise RuntimeError("BM25's C kernel (r2med.retrievers.bm25._native) was not built")
         self._analyse = analyse
-        self._table = kernel.native.ChunkTable()
+        self._words = words
+        if words is None:
+            self._table = kernel.native.ChunkTable()
+        else:
+            self._table = kernel.native.ChunkTable(words=True, stop_words=sorted(words.stop_words),
+                                                   stemming=words.stemming)
 
     def clear(self) -> None:
         """Forget every chunk."""
@@ -183,15 +203,22 @@ class NativeChunkTable:
         return (np.frombuffer(columns, dtype=np.int32), np.frombuffer(counts, dtype=np.int32),
                 np.frombuffer(per_row, dtype=np.int64))
 
-    def _scan(self, texts: Sequence[str]) -> tuple[bytearray, bytearray, list[str]]:
-        """Look ``texts``' chunks up (adding the new ones): each chunk's id, the chunks per text, the new chunks."""
+    def _scan(self, texts: Sequence[str]) -> tuple[bytearray, bytearray, list[str], list[str | None] | None]:
+        """Look ``texts``' chunks up (adding the new ones): each chunk's id, the chunks per text, the new chunks and
+        the terms of those that are plain words (None for the others; the list None without :class:`PlainWords`)."""
         return self._table.scan(texts)
 
-    def _analysed(self, scanned: tuple[bytearray, bytearray, list[str]]) -> Scanned:
+    def _analysed(self, scanned: tuple[bytearray, bytearray, list[str], list[str | None] | None]) -> Scanned:
         """A scan, after its new chunks are analysed and their terms stored."""
-        occurrences, per_text, new = scanned
+        occurrences, per_text, new, words = scanned
         if new:  # a failure leaves these chunks without terms: the caller empties the table
-            self._table.set_terms(list(map(self._analyse, new)))
+            analyse = self._analyse
+            if words is None:
+                found = list(map(analyse, new))
+            else:
+                term_ids = self._words.term_ids
+                found = [analyse(chunk) if word is None else term_ids(word) for chunk, word in zip(new, words)]
+            self._table.set_terms(found)
         return Scanned(occurrences, per_text)
 
 

@@ -50,7 +50,7 @@ import numpy as np
 
 from r2med.errors import InvalidInputError, UsageError
 from r2med.retrievers.bm25 import persist
-from r2med.retrievers.bm25 import kernel
+from r2med.retrievers.bm25 import kernel as kernel_module
 from r2med.retrievers.bm25.cores import default_workers, in_threads, row_parts
 from r2med.retrievers.bm25.options import K1, K1_MAX, VARIANTS, B
 from r2med.retrievers.bm25.ranking import (
@@ -207,7 +207,7 @@ class BM25Index:
         if self.avgdl > 0:
             norm = gensim_length_norm(self.doc_lengths, k1=p.k1, b=p.b, avgdl=self.avgdl)
 
-            native = kernel.native
+            native = kernel_module.native
             if native is not None:  # BM25's C kernel: the same float64 operations, in one pass
                 indptr = np.ascontiguousarray(c.indptr) if c.indptr.dtype in (np.int32, np.int64) else \
                     c.indptr.astype(np.int64)
@@ -226,6 +226,7 @@ class BM25Index:
 
             in_threads(weigh, row_parts(c.indptr, self._threads()), self._threads())
         self._weights = c.with_data(w)
+        self._weights_t: CsrMatrix | None = None  # its transpose, for the C kernel's search (_weights_by_term)
 
     def _prepare_lucene(self) -> None:
         p = self.params
@@ -336,10 +337,19 @@ class BM25Index:
         return run
 
     def _kernel(self, n_queries: int) -> str:
-        """The kernel of the products that score ``n_queries`` queries (:func:`.sparse.choose_kernel`), loaded."""
+        """The kernel of the products that score ``n_queries`` queries (:func:`.sparse.choose_kernel`), loaded
+        (for the C kernel and gensim's scores: the weights by term, which its search reads)."""
         kernel = choose_kernel(self._weights if self.params.variant == "r2med" else self._unit, n_queries)
         load_kernel(kernel)  # here, before the search's threads
+        if kernel == "native" and self.params.variant == "r2med":
+            self._weights_by_term()
         return kernel
+
+    def _weights_by_term(self) -> CsrMatrix:
+        """The weights' transpose (term x document), made once (by the calling thread, before a search's threads)."""
+        if self._weights_t is None:
+            self._weights_t = self._weights.by_column()
+        return self._weights_t
 
     def _score_block(
         self, q: np.ndarray, t: np.ndarray, c: np.ndarray, known: np.ndarray, n_queries: int, kernel: str
@@ -357,8 +367,16 @@ class BM25Index:
         if self.params.variant == "r2med":
             p = self.params
             norm = gensim_length_norm(known[q], k1=p.k1, b=p.b, avgdl=self.avgdl)
+            weights = gensim_weights(c, norm, self.idf[t]).astype(np.float32)
+            if kernel == "native":  # the same float32 products and sums, term by term over the documents' columns
+                by_term = self._weights_by_term()
+                scores = np.zeros((n_queries, self.n_docs), dtype=np.float32)
+                query_ptr = np.searchsorted(q, np.arange(n_queries + 1)).astype(np.int64)
+                kernel_module.native.score_columns(by_term.indptr, by_term.indices, by_term.data, query_ptr,
+                                                   np.ascontiguousarray(t, dtype=np.int64), weights, scores.reshape(-1))
+                return scores, None
             query = np.zeros((n_vocab, n_queries), dtype=np.float32)
-            query[t, q] = gensim_weights(c, norm, self.idf[t])
+            query[t, q] = weights
             return np.ascontiguousarray(product(self._weights, query, kernel=kernel).T), None  # float32 sums
         # Lucene: boost = query term count; boosts that are powers of two scale the unit
         # term scores exactly, the others are computed term by term.

@@ -41,6 +41,10 @@ logger = logging.getLogger(__name__)
 #: below this many texts the pool's start-up costs more than it saves
 MIN_PARALLEL_TEXTS = 20_000
 _SLICE = 4_000
+#: with BM25's C kernel, the slices grow from _SLICE texts to this many times that: the first is looked up soon, and
+#: few slices mean few hand-offs of the GIL between the lookups' thread and the analysis (each can wait for the
+#: interpreter's switch interval, 5 ms); on the synthetic corpus 16 slices -> 5 cut the analysis 0.45 -> 0.3 s
+_NATIVE_GROWTH = 8
 #: slices of texts analysed here, as one, before the workers are forked. Two, not one: on the synthetic corpus
 #: (61,379 texts, 2 workers) the workers then analyse fewer chunks that both of them meet for the first time;
 #: analysis 1.52 -> 1.45 s wall, 2.49 -> 2.22 s CPU (one run each of 4,000, 8,000, 12,000 and 16,000 texts;
@@ -50,6 +54,21 @@ _PRIME_SLICES = 2
 # set in the parent just before forking; read by the workers
 _TEXTS: Sequence[str] = ()
 _ANALYZER: EnglishAnalyzer | None = None
+
+
+def growing_slices(n: int, first: int, most: int) -> list[tuple[int, int]]:
+    """``(start, stop)`` slices of ``n`` texts, the first of ``first`` texts, each next one twice as long, up to
+    ``most`` times the first.
+
+    >>> growing_slices(100, 10, 4)
+    [(0, 10), (10, 30), (30, 70), (70, 100)]
+    """
+    bounds, start, size = [], 0, max(1, first)
+    while start < n:
+        bounds.append((start, min(start + size, n)))
+        start += size
+        size = min(2 * size, max(1, first) * most)
+    return bounds
 
 
 def _work(bounds: tuple[int, int]) -> SliceCounts:
@@ -156,7 +175,8 @@ def _analyze_and_count(
         if len(table) >= analyzer.max_cache_entries:
             table.clear()
         parts = []
-        for (start, stop), part in zip(bounds, table.scan_many(texts[start:stop] for start, stop in bounds)):
+        growing = growing_slices(len(texts), _SLICE, _NATIVE_GROWTH)
+        for (start, stop), part in zip(growing, table.scan_many(texts[start:stop] for start, stop in growing)):
             parts.append(part)
             report(stop - start)
         return matrix_from_chunks(table, parts, analyzer.terms_by_id, workers=workers)

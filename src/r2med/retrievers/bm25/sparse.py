@@ -121,6 +121,16 @@ class CsrMatrix:
         >>> t.indptr.tolist(), t.indices.tolist(), t.data.tolist()
         ([0, 1, 3], [0, 0, 1], [2, 1, 3])
         """
+        native = _kernel.native
+        if native is not None and self.data.dtype in (np.float32, np.float64):  # BM25's C kernel: two passes, no sort
+            wide = max(self.shape) >= 2**31 or self.nnz >= 2**31
+            index_type = np.int64 if wide else np.int32  # rows and row pointers alike
+            indptr = np.empty(self.shape[1] + 1, dtype=np.int64)
+            rows, data = np.empty(self.nnz, dtype=index_type), np.empty_like(self.data)
+            native.csr_transpose(np.ascontiguousarray(self.indptr, dtype=index_type),
+                                 np.ascontiguousarray(self.indices, dtype=index_type), np.ascontiguousarray(self.data),
+                                 indptr, rows, data)
+            return CsrMatrix(data, rows, indptr.astype(index_type, copy=False), (self.shape[1], self.shape[0]))
         order = np.argsort(self.indices, kind="stable")  # rows stay increasing within a column
         rows = np.repeat(np.arange(self.shape[0], dtype=self.indices.dtype), np.diff(self.indptr))
         indptr = np.zeros(self.shape[1] + 1, dtype=self.indptr.dtype)

@@ -17,7 +17,7 @@ from typing import NamedTuple
 import numpy as np
 
 from r2med.retrievers.bm25.chunks import NativeChunkTable, Scanned
-from r2med.retrievers.bm25.cores import in_threads
+from r2med.retrievers.bm25.cores import default_workers, in_threads
 from r2med.retrievers.bm25.sparse import CsrMatrix
 
 __all__ = [
@@ -223,10 +223,32 @@ def matrix_from_chunks(
     final = np.full(len(terms_by_id), -1, dtype=np.int64)
     final[order[in_gensim_order]] = np.arange(len(order), dtype=np.int64)
     vocabulary = [terms[i] for i in in_gensim_order.tolist()]
-    counted = in_threads(lambda part: table.count(part, final, len(vocabulary)), parts, workers)
+    pieces = _even_pieces(parts, 4 * (workers or default_workers()))
+    counted = in_threads(lambda piece: table.count(piece, final, len(vocabulary)), pieces, workers)
     n_rows = sum(len(part.chunks_per_text) // 8 for part in parts)
     return vocabulary, _stack_rows([c[0] for c in counted], [c[1] for c in counted], [c[2] for c in counted], n_rows,
                                    len(vocabulary))
+
+
+def _even_pieces(parts: Sequence[Scanned], n: int) -> list[Scanned]:
+    """``parts`` cut into about ``n`` pieces of consecutive texts with about as many chunks each (views of the
+    parts' buffers, not copies), in order: the threads that count them then share the work evenly, whatever the
+    sizes of the batches the texts were looked up in."""
+    total = sum(len(part.occurrences) for part in parts) // 4
+    target = max(1, -(-total // max(1, n)))
+    pieces: list[Scanned] = []
+    for part in parts:
+        per_text = np.frombuffer(part.chunks_per_text, dtype=np.int64)
+        ends = np.cumsum(per_text)  # the chunks of texts [0, i]
+        occurrences, counts = memoryview(part.occurrences), memoryview(part.chunks_per_text)
+        text, chunk = 0, 0
+        while text < len(per_text):
+            stop = max(text + 1, int(np.searchsorted(ends, chunk + target, side="right")))
+            stop = min(stop, len(per_text))
+            end = int(ends[stop - 1])
+            pieces.append(Scanned(occurrences[4 * chunk:4 * end], counts[8 * text:8 * stop]))
+            text, chunk = stop, end
+    return pieces
 
 
 def _count_slice(final: np.ndarray, ids: np.ndarray, lengths: np.ndarray, n_terms: int) -> tuple[np.ndarray, ...]:
