@@ -250,6 +250,7 @@ def test_the_transpose_and_the_scores_by_term_check_their_arrays():
     with pytest.raises(ValueError, match=r"query_ptr\[1\] = 2 does not fit 1 query terms"):
         native.score_columns(out_indptr, rows, out_data, np.array([0, 2, 1]), np.array([0]), np.ones(1, np.float32),
                              scores)
-    native.score_columns(out_indptr, rows, out_data, np.array([0, 2, 2]), np.array([0, 2]),
-                         np.array([2, 3], np.float32), scores)
-    assert scores.reshape(2, 2).tolist() == [[2.0, 3.0], [0.0, 0.0]]
+    # terms 0 and 1 (rows 0 and 1) for the first query, term 2 (row 0) for the second
+    native.score_columns(out_indptr, rows, out_data, np.array([0, 2, 3]), np.array([0, 1, 2]),
+                         np.array([2, 3, 4], np.float32), scores)
+    assert scores.reshape(2, 2).tolist() == [[2.0, 3.0], [4.0, 0.0]]
