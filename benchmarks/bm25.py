@@ -9,8 +9,8 @@ Three measurements, each in fresh processes (so start-up and imports count, as t
    runs it (``r2med run -q --retriever bm25 --data-dir DIR``, a fresh ``R2MED_HOME``, so no cached index), bm25s
    and the official pipeline (``benchmarks/peers.py``: load the JSONL, analyse, index, search every query, write a
    TREC run of the top 100). Wall seconds, and CPU seconds (user + system of the process and every process it
-   waited for: r2med's forked analysis workers, the JVM's threads). Medians over the rounds, and each peer's
-   median over r2med's (wall and CPU). r2med's run is compared with the official one (same documents in the same
+   waited for: r2med's forked analysis workers where its C kernel is not built, the JVM's threads). Medians over
+   the rounds, and each peer's median over r2med's (wall and CPU). r2med's run is compared with the official one (same documents in the same
    order, scores within 1e-4).
 2. Per phase: the same run, one phase at a time, in a fresh process (``--phases-only`` runs it alone):
    start-up (imports), load (read and check the JSONL files), analysis (tokenise, filter, stem, count, on every

@@ -1,4 +1,4 @@
-"""BM25's C kernel (``r2med/retrievers/bm25/_native.c``) against the Python and NumPy code it stands in for: the
+"""BM25's C kernel (``csrc/bm25/``) against the Python and NumPy code it stands in for: the
 Porter stemmer word for word, a corpus's vocabulary and counts, and every way its calls can be misused or stopped."""
 
 from __future__ import annotations

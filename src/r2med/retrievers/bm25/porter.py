@@ -15,7 +15,7 @@ Snowball "English" stemmer and not NLTK's default mode.  The details that set it
 - Java works on UTF-16 code units, so a character outside the BMP counts as two consonants.
 
 All functions are pure; :func:`stem` is the entry point. It stems an ASCII word with BM25's C kernel where it
-was built (``stem_ascii`` in ``_native.c``, these same steps; tested equal on every word of the parity corpora and
+was built (``stem_ascii``, ``csrc/bm25/porter.c``: these same steps; tested equal on every word of the parity corpora and
 on generated ones), any other word here.
 """
 

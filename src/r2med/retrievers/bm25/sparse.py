@@ -6,7 +6,7 @@ Importing ``scipy.sparse`` costs 0.1-0.2 s (SciPy's array-API layer imports ``nu
 start's whole run is 0.5 s. So an index keeps its matrices as plain arrays (:class:`CsrMatrix`) and
 :func:`product` chooses the kernel:
 
-- BM25's C kernel (``csr_product`` in ``_native.c``) wherever it was built: SciPy's loop below, written again, and
+- BM25's C kernel (``csr_product``, ``csrc/bm25/matrix.c``) wherever it was built: SciPy's loop below, written again, and
   compiled without fused multiply-add;
 - SciPy's ``csr_matvecs`` when ``scipy.sparse`` is already loaded or the product is large (NumPy's kernel would
   take longer than SciPy's import, :func:`choose_kernel`): for every row and every column of the block it adds
