@@ -19,23 +19,45 @@ static inline int64_t item_at(const void *array, int wide, Py_ssize_t i) {
     return wide ? ((const int64_t *)array)[i] : ((const int32_t *)array)[i];
 }
 
-/* Get a C-contiguous 1-D buffer of integers (int32 or int64) or of floats (kind 'f', item size `float_size`, 0:
- * 4 or 8); -1 with an exception naming `name` when it is not one. */
-static int get_array(PyObject *object, Py_buffer *view, const char *where, const char *name, char kind,
-                     Py_ssize_t float_size, int writable) {
-    if (PyObject_GetBuffer(object, view, PyBUF_FORMAT | PyBUF_ND | PyBUF_C_CONTIGUOUS |
-                                             (writable ? PyBUF_WRITABLE : 0)) < 0)
-        return -1;
-    Py_ssize_t item = view->itemsize;
-    int ok = view->ndim == 1 && buffer_kind(view) == kind &&
-             (kind == 'i' ? (item == 4 || item == 8) : (float_size ? item == float_size : (item == 4 || item == 8)));
-    if (!ok) {
-        PyErr_Format(PyExc_ValueError, "%s: %s must be a C-contiguous 1-D array of %s", where, name,
-                     kind == 'i' ? "int32 or int64" : (float_size == 4 ? "float32" : "float32 or float64"));
-        PyBuffer_Release(view);
+/* What a call takes as an array: its kind ('i' signed integer, 'f' floating point), item size (0: 4 or 8),
+ * dimensions and whether it is written. */
+typedef struct {
+    const char *name;
+    char kind;
+    Py_ssize_t size;
+    int ndim;
+    int writable;
+} ArraySpec;
+
+static const char *type_words(char kind, Py_ssize_t size) {
+    if (kind == 'i') return size == 4 ? "int32" : size == 8 ? "int64" : "int32 or int64";
+    return size == 4 ? "float32" : size == 8 ? "float64" : "float32 or float64";
+}
+
+/* The C-contiguous buffers of objects[0:n] as specs[0:n] say; 0, or -1 with an exception naming the first that
+ * does not fit (every buffer released then). */
+static int get_arrays(const char *where, PyObject *const *objects, const ArraySpec *specs, int n, Py_buffer *views) {
+    for (int k = 0; k < n; k++) {
+        const ArraySpec *spec = &specs[k];
+        int flags = PyBUF_FORMAT | PyBUF_ND | PyBUF_C_CONTIGUOUS | (spec->writable ? PyBUF_WRITABLE : 0);
+        int got = PyObject_GetBuffer(objects[k], &views[k], flags) == 0;
+        Py_ssize_t item = got ? views[k].itemsize : 0;
+        if (got && views[k].ndim == spec->ndim && buffer_kind(&views[k]) == spec->kind &&
+            (spec->size ? item == spec->size : (item == 4 || item == 8)))
+            continue;
+        if (got) {
+            PyErr_Format(PyExc_ValueError, "%s: %s must be a C-contiguous %d-D array of %s", where, spec->name,
+                         spec->ndim, type_words(spec->kind, spec->size));
+            PyBuffer_Release(&views[k]);
+        }
+        while (k-- > 0) PyBuffer_Release(&views[k]);
         return -1;
     }
     return 0;
+}
+
+static void release_arrays(Py_buffer *views, int n) {
+    for (int k = 0; k < n; k++) PyBuffer_Release(&views[k]);
 }
 
 /* indptr (rows + 1), indices, data: a CSR matrix with n_cols columns. Checked: the row pointers (0 first, nnz last,
@@ -89,35 +111,22 @@ CSR_PRODUCT(csr_product_i64_f32, int64_t, float)
 CSR_PRODUCT(csr_product_i64_f64, int64_t, double)
 
 PyObject *csr_product(PyObject *Py_UNUSED(module), PyObject *args) {
-    PyObject *objects[5];
-    if (!PyArg_ParseTuple(args, "OOOOO:csr_product", &objects[0], &objects[1], &objects[2], &objects[3],
-                          &objects[4]))
+    static const ArraySpec specs[5] = {{"indptr", 'i', 0, 1, 0}, {"indices", 'i', 0, 1, 0}, {"data", 'f', 0, 1, 0},
+                                       {"block", 'f', 0, 2, 0}, {"out", 'f', 0, 2, 1}};
+    PyObject *o[5];
+    Py_buffer v[5];
+    if (!PyArg_ParseTuple(args, "OOOOO:csr_product", &o[0], &o[1], &o[2], &o[3], &o[4]) ||
+        get_arrays("csr_product", o, specs, 5, v) < 0)
         return NULL;
-    static const char *names[5] = {"indptr", "indices", "data", "block", "out"};
-    Py_buffer views[5];
-    int held = 0;
     PyObject *result = NULL;
-    for (; held < 5; held++) {
-        int flags = PyBUF_FORMAT | PyBUF_ND | PyBUF_C_CONTIGUOUS | (held == 4 ? PyBUF_WRITABLE : 0);
-        if (PyObject_GetBuffer(objects[held], &views[held], flags) < 0) goto done;
-    }
-    Py_buffer *indptr = &views[0], *indices = &views[1], *data = &views[2], *block = &views[3], *out = &views[4];
-    for (int k = 0; k < 5; k++) {
-        char kind = buffer_kind(&views[k]);
-        size_t item = (size_t)views[k].itemsize;
-        int ok = k < 2 ? kind == 'i' && (item == 4 || item == 8) && item == (size_t)indptr->itemsize
-                       : kind == 'f' && (item == 4 || item == 8) && item == (size_t)data->itemsize;
-        if (!ok || views[k].ndim != (k < 3 ? 1 : 2)) {
-            PyErr_Format(PyExc_ValueError,
-                         "csr_product: %s must be a C-contiguous %s array (indptr and indices int32 or int64 alike; "
-                         "data, block and out float32 or float64 alike)",
-                         names[k], k < 3 ? "1-D" : "2-D");
-            goto done;
-        }
-    }
+    Py_buffer *indptr = &v[0], *indices = &v[1], *data = &v[2], *block = &v[3], *out = &v[4];
     Py_ssize_t n_rows = indptr->shape[0] - 1, nnz = data->shape[0];
     Py_ssize_t n_cols = block->shape[0], n_vecs = block->shape[1];
-    if (n_rows < 0 || indices->shape[0] != nnz || out->shape[0] != n_rows || out->shape[1] != n_vecs) {
+    if (block->itemsize != data->itemsize || out->itemsize != data->itemsize) {
+        PyErr_SetString(PyExc_ValueError, "csr_product: data, block and out must be of one float type");
+        goto done;
+    }
+    if (n_rows < 0 || out->shape[0] != n_rows || out->shape[1] != n_vecs) {
         PyErr_SetString(PyExc_ValueError, "csr_product: the shapes do not fit (indptr n_rows + 1, indices and data "
                                           "nnz, block n_cols x n_vecs, out n_rows x n_vecs)");
         goto done;
@@ -138,7 +147,7 @@ PyObject *csr_product(PyObject *Py_UNUSED(module), PyObject *args) {
     Py_END_ALLOW_THREADS
     result = Py_NewRef(Py_None);
 done:
-    for (int k = 0; k < held; k++) PyBuffer_Release(&views[k]);
+    release_arrays(v, 5);
     return result;
 }
 
@@ -165,36 +174,19 @@ GENSIM_WEIGHTS(gensim_weights_i32_c64, int32_t, int64_t)
 GENSIM_WEIGHTS(gensim_weights_i64_c64, int64_t, int64_t)
 
 PyObject *gensim_weights(PyObject *Py_UNUSED(module), PyObject *args) {
-    PyObject *objects[6];
+    static const ArraySpec specs[6] = {{"indptr", 'i', 0, 1, 0}, {"indices", 'i', 0, 1, 0}, {"counts", 'i', 0, 1, 0},
+                                       {"norm", 'f', 8, 1, 0},   {"idf", 'f', 8, 1, 0},     {"out", 'f', 4, 1, 1}};
+    PyObject *o[6];
+    Py_buffer v[6];
     Py_ssize_t start, stop;
-    if (!PyArg_ParseTuple(args, "OOOOOOnn:gensim_weights", &objects[0], &objects[1], &objects[2], &objects[3],
-                          &objects[4], &objects[5], &start, &stop))
+    if (!PyArg_ParseTuple(args, "OOOOOOnn:gensim_weights", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &start, &stop) ||
+        get_arrays("gensim_weights", o, specs, 6, v) < 0)
         return NULL;
-    static const char *names[6] = {"indptr", "indices", "counts", "norm", "idf", "out"};
-    Py_buffer views[6];
-    int held = 0;
     PyObject *result = NULL;
-    for (; held < 6; held++) {
-        int flags = PyBUF_FORMAT | PyBUF_ND | PyBUF_C_CONTIGUOUS | (held == 5 ? PyBUF_WRITABLE : 0);
-        if (PyObject_GetBuffer(objects[held], &views[held], flags) < 0) goto done;
-    }
-    Py_buffer *indptr = &views[0], *indices = &views[1], *counts = &views[2], *norm = &views[3], *idf = &views[4],
-              *out = &views[5];
-    for (int k = 0; k < 6; k++) {
-        char kind = buffer_kind(&views[k]);
-        Py_ssize_t item = views[k].itemsize;
-        int ok = views[k].ndim == 1 &&
-                 (k < 2   ? kind == 'i' && (item == 4 || item == 8) && item == indptr->itemsize
-                  : k == 2 ? kind == 'i' && (item == 4 || item == 8)
-                  : k < 5  ? kind == 'f' && item == 8
-                           : kind == 'f' && item == 4);
-        if (!ok) {
-            PyErr_Format(PyExc_ValueError,
-                         "gensim_weights: %s must be a C-contiguous 1-D array (indptr and indices int32 or int64 "
-                         "alike, counts int32 or int64, norm and idf float64, out float32)",
-                         names[k]);
-            goto done;
-        }
+    Py_buffer *indptr = &v[0], *indices = &v[1], *counts = &v[2], *norm = &v[3], *idf = &v[4], *out = &v[5];
+    if (indices->itemsize != indptr->itemsize) {
+        PyErr_SetString(PyExc_ValueError, "gensim_weights: indices must be of indptr's type");
+        goto done;
     }
     Py_ssize_t n_rows = indptr->shape[0] - 1, nnz = counts->shape[0], n_terms = idf->shape[0];
     if (n_rows < 0 || indices->shape[0] != nnz || out->shape[0] != nnz || norm->shape[0] != n_rows || start < 0 ||
@@ -207,18 +199,15 @@ PyObject *gensim_weights(PyObject *Py_UNUSED(module), PyObject *args) {
      * written out of bounds */
     int wide = indptr->itemsize == 8;
     for (Py_ssize_t i = start; i <= stop; i++) {
-        int64_t p = wide ? ((const int64_t *)indptr->buf)[i] : ((const int32_t *)indptr->buf)[i];
-        int64_t before = i == start ? 0 : (wide ? ((const int64_t *)indptr->buf)[i - 1] : ((const int32_t *)indptr->buf)[i - 1]);
+        int64_t p = item_at(indptr->buf, wide, i), before = i == start ? 0 : item_at(indptr->buf, wide, i - 1);
         if (p < before || p > nnz) {
             PyErr_Format(PyExc_ValueError, "gensim_weights: indptr[%zd] = %lld is not a row pointer of %zd entries",
                          i, (long long)p, nnz);
             goto done;
         }
     }
-    Py_ssize_t first = (Py_ssize_t)(wide ? ((const int64_t *)indptr->buf)[start] : ((const int32_t *)indptr->buf)[start]);
-    Py_ssize_t last = (Py_ssize_t)(wide ? ((const int64_t *)indptr->buf)[stop] : ((const int32_t *)indptr->buf)[stop]);
-    for (Py_ssize_t j = first; j < last; j++) {
-        int64_t c = wide ? ((const int64_t *)indices->buf)[j] : ((const int32_t *)indices->buf)[j];
+    for (int64_t j = item_at(indptr->buf, wide, start); j < item_at(indptr->buf, wide, stop); j++) {
+        int64_t c = item_at(indices->buf, wide, j);
         if (c < 0 || c >= n_terms) {
             PyErr_Format(PyExc_ValueError, "gensim_weights: indices[%zd] = %lld is not a term of idf (%zd terms)", j,
                          (long long)c, n_terms);
@@ -238,22 +227,22 @@ PyObject *gensim_weights(PyObject *Py_UNUSED(module), PyObject *args) {
     Py_END_ALLOW_THREADS
     result = Py_NewRef(Py_None);
 done:
-    for (int k = 0; k < held; k++) PyBuffer_Release(&views[k]);
+    release_arrays(v, 6);
     return result;
 }
 
 /* ------------------------------------------------------------------ csr_transpose, score_columns */
 
 PyObject *csr_transpose(PyObject *Py_UNUSED(module), PyObject *args) {
+    static const ArraySpec specs[6] = {{"indptr", 'i', 0, 1, 0},     {"indices", 'i', 0, 1, 0},
+                                       {"data", 'f', 0, 1, 0},       {"out_indptr", 'i', 0, 1, 1},
+                                       {"out_rows", 'i', 0, 1, 1},   {"out_data", 'f', 0, 1, 1}};
     PyObject *o[6];
-    if (!PyArg_ParseTuple(args, "OOOOOO:csr_transpose", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5])) return NULL;
-    static const char *names[6] = {"indptr", "indices", "data", "out_indptr", "out_rows", "out_data"};
     Py_buffer v[6];
-    int held = 0;
+    if (!PyArg_ParseTuple(args, "OOOOOO:csr_transpose", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5]) ||
+        get_arrays("csr_transpose", o, specs, 6, v) < 0)
+        return NULL;
     PyObject *result = NULL;
-    for (; held < 6; held++)
-        if (get_array(o[held], &v[held], "csr_transpose", names[held], held % 3 == 2 ? 'f' : 'i', 0, held >= 3) < 0)
-            goto done;
     Py_ssize_t nnz = v[2].shape[0], n_cols = v[3].shape[0] - 1, n_rows = v[0].shape[0] - 1;
     if (n_cols < 0 || v[4].shape[0] != nnz || v[5].shape[0] != nnz || v[5].itemsize != v[2].itemsize ||
         v[3].itemsize != 8 || v[4].itemsize != v[1].itemsize) {
@@ -293,7 +282,7 @@ PyObject *csr_transpose(PyObject *Py_UNUSED(module), PyObject *args) {
     free(next);
     result = Py_NewRef(Py_None);
 done:
-    for (int k = 0; k < held; k++) PyBuffer_Release(&v[k]);
+    release_arrays(v, 6);
     return result;
 }
 
@@ -302,16 +291,15 @@ done:
  * query's nonzero weights, in the same order for every row (adding a zero weight's product leaves a sum as it
  * was), so the scores are bit-identical to it. */
 PyObject *score_columns(PyObject *Py_UNUSED(module), PyObject *args) {
+    static const ArraySpec specs[7] = {{"indptr", 'i', 0, 1, 0},    {"rows", 'i', 0, 1, 0},   {"data", 'f', 4, 1, 0},
+                                       {"query_ptr", 'i', 8, 1, 0}, {"terms", 'i', 8, 1, 0},  {"weights", 'f', 4, 1, 0},
+                                       {"out", 'f', 4, 1, 1}};
     PyObject *o[7];
-    if (!PyArg_ParseTuple(args, "OOOOOOO:score_columns", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6]))
-        return NULL;
-    static const char *names[7] = {"indptr", "rows", "data", "query_ptr", "terms", "weights", "out"};
-    static const char kinds[7] = {'i', 'i', 'f', 'i', 'i', 'f', 'f'};
     Py_buffer v[7];
-    int held = 0;
+    if (!PyArg_ParseTuple(args, "OOOOOOO:score_columns", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6]) ||
+        get_arrays("score_columns", o, specs, 7, v) < 0)
+        return NULL;
     PyObject *result = NULL;
-    for (; held < 7; held++)
-        if (get_array(o[held], &v[held], "score_columns", names[held], kinds[held], 4, held == 6) < 0) goto done;
     Py_ssize_t n_cols = v[0].shape[0] - 1, nnz = v[2].shape[0], n_queries = v[3].shape[0] - 1;
     Py_ssize_t n_entries = v[4].shape[0];
     if (n_cols < 0 || n_queries < 0 || v[5].shape[0] != n_entries || v[3].itemsize != 8 || v[4].itemsize != 8) {
@@ -363,7 +351,7 @@ PyObject *score_columns(PyObject *Py_UNUSED(module), PyObject *args) {
     Py_END_ALLOW_THREADS
     result = Py_NewRef(Py_None);
 done:
-    for (int k = 0; k < held; k++) PyBuffer_Release(&v[k]);
+    release_arrays(v, 7);
     return result;
 }
 

@@ -133,10 +133,14 @@ def test_the_c_kernel_refuses_arrays_that_do_not_fit():
         csr_product(m.indptr, np.array([0, 5], np.int32), m.data, block, out)
     with pytest.raises(ValueError, match=r"indptr\[1\] = 3 is not a row pointer"):
         csr_product(np.array([0, 3, 2], np.int32), m.indices, m.data, block, out)
-    with pytest.raises(ValueError, match="indices must be a C-contiguous 1-D array"):
+    with pytest.raises(ValueError, match="indices nnz items of indptr's type"):
         csr_product(m.indptr, m.indices.astype(np.int64), m.data, block, out)  # int32 and int64 mixed
-    with pytest.raises(ValueError, match="block must be a C-contiguous 2-D array"):
+    with pytest.raises(ValueError, match="data, block and out must be of one float type"):
         csr_product(m.indptr, m.indices, m.data, block.astype(np.float64), out)
+    with pytest.raises(ValueError, match="block must be a C-contiguous 2-D array of float32 or float64"):
+        csr_product(m.indptr, m.indices, m.data, block.ravel(), out)
+    with pytest.raises(ValueError, match="indptr must be a C-contiguous 1-D array of int32 or int64"):
+        csr_product(m.indptr.astype(np.float32), m.indices, m.data, block, out)
     with pytest.raises(ValueError, match="the shapes do not fit"):
         csr_product(m.indptr, m.indices, m.data, block, np.zeros((3, 1), np.float32))
     with pytest.raises(ValueError, match="not C-contiguous"):  # NumPy's own refusal of the buffer
