@@ -254,3 +254,16 @@ def test_the_transpose_and_the_scores_by_term_check_their_arrays():
     native.score_columns(out_indptr, rows, out_data, np.array([0, 2, 3]), np.array([0, 1, 2]),
                          np.array([2, 3, 4], np.float32), scores)
     assert scores.reshape(2, 2).tolist() == [[2.0, 3.0], [4.0, 0.0]]
+
+
+def test_counts_of_another_type_take_numpys_weights():
+    """An index over float counts (a SciPy matrix a user built) is weighted as NumPy converts them, not truncated."""
+    import scipy.sparse as sp
+
+    from r2med.retrievers.bm25.index import BM25Index, BM25Params
+
+    counts = sp.csr_matrix(np.array([[1.5, 2.0, 0.0], [0.0, 0.5, 3.0]]))
+    index = BM25Index(params=BM25Params(variant="r2med"), vocabulary=["a", "b", "c"], counts=counts)
+    as_ints = BM25Index(params=BM25Params(variant="r2med"), vocabulary=["a", "b", "c"],
+                        counts=sp.csr_matrix(np.array([[1, 2, 0], [0, 0, 3]])))
+    assert index._weights.data[0] != as_ints._weights.data[0]  # 1.5 is weighed as 1.5, not as 1

@@ -207,13 +207,14 @@ class BM25Index:
         if self.avgdl > 0:
             norm = gensim_length_norm(self.doc_lengths, k1=p.k1, b=p.b, avgdl=self.avgdl)
 
-            native = kernel_module.native
-            if native is not None:  # BM25's C kernel: the same float64 operations, in one pass
+            # BM25's C kernel: the same float64 operations, in one pass (integer counts, as every index holds; any
+            # other type takes NumPy's path, which converts it as it is)
+            native = kernel_module.native if c.data.dtype in (np.int32, np.int64) else None
+            if native is not None:
                 indptr = np.ascontiguousarray(c.indptr) if c.indptr.dtype in (np.int32, np.int64) else \
                     c.indptr.astype(np.int64)
                 indices = np.ascontiguousarray(c.indices, dtype=indptr.dtype)
-                data = c.data if c.data.dtype in (np.int32, np.int64) else c.data.astype(np.int64)
-                data = np.ascontiguousarray(data)
+                data = np.ascontiguousarray(c.data)
                 idf = np.ascontiguousarray(self.idf, dtype=np.float64)
 
             def weigh(rows: tuple[int, int]) -> None:  # float64 weights of a range of rows, stored as float32

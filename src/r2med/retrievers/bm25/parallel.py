@@ -43,7 +43,8 @@ MIN_PARALLEL_TEXTS = 20_000
 _SLICE = 4_000
 #: with BM25's C kernel, the slices grow from _SLICE texts to this many times that: the first is looked up soon, and
 #: few slices mean few hand-offs of the GIL between the lookups' thread and the analysis (each can wait for the
-#: interpreter's switch interval, 5 ms); on the synthetic corpus 16 slices -> 5 cut the analysis 0.45 -> 0.3 s
+#: interpreter's switch interval, 5 ms); on the synthetic corpus 16 slices -> 5: the analysis's median 0.69 -> 0.64 s
+#: (7 runs each, a noisy host)
 _NATIVE_GROWTH = 8
 #: slices of texts analysed here, as one, before the workers are forked. Two, not one: on the synthetic corpus
 #: (61,379 texts, 2 workers) the workers then analyse fewer chunks that both of them meet for the first time;
