@@ -454,11 +454,19 @@ static PyObject *simple_term(ChunkTable *t, const unsigned char *p, size_t n) {
 
 static PyObject *ChunkTable_scan(ChunkTable *t, PyObject *arg) {
     if (check_free(t, 1, 0) < 0) return NULL;
-    PyObject *seq = PySequence_Fast(arg, "scan: texts must be a sequence of str");
-    if (!seq) return NULL;
+    /* a tuple of its own: its references keep every text alive while the GIL is released, whatever another
+     * thread does to the caller's list meanwhile */
+    PyObject *seq = PySequence_Check(arg) ? PySequence_Tuple(arg) : NULL;
+    if (!seq) {
+        if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyErr_Clear();
+            PyErr_SetString(PyExc_TypeError, "scan: texts must be a sequence of str");
+        }
+        return NULL;
+    }
     PyObject *result = NULL, *occ = NULL, *per = NULL, *new_chunks = NULL, *terms = NULL;
-    Py_ssize_t n_texts = PySequence_Fast_GET_SIZE(seq);
-    PyObject **items = PySequence_Fast_ITEMS(seq);
+    Py_ssize_t n_texts = PyTuple_GET_SIZE(seq);
+    PyObject **items = &PyTuple_GET_ITEM(seq, 0);
     Text *texts = PyMem_Malloc((size_t)(n_texts ? n_texts : 1) * sizeof(Text));
     if (!texts) {
         PyErr_NoMemory();
@@ -494,7 +502,7 @@ static PyObject *ChunkTable_scan(ChunkTable *t, PyObject *arg) {
     size_t n_out = 0;
     int failed = 0;
     t->scanning = 1;
-    /* the texts stay alive (seq holds them) and a str's characters never change: read without the GIL */
+    /* the texts stay alive (the tuple holds them) and a str's characters never change: read without the GIL */
     Py_BEGIN_ALLOW_THREADS
     Batch *batch = malloc(sizeof(Batch));
     if (!batch) {

@@ -132,6 +132,8 @@ def test_the_chunk_tables_calls_check_what_they_are_given():
     table = native.ChunkTable()
     with pytest.raises(TypeError, match="must be a sequence of str"):
         table.scan(7)
+    with pytest.raises(TypeError, match="must be a sequence of str"):
+        table.scan(text for text in ["a"])
     occurrences, per_text, new, words = table.scan(["b a b", "", "c"])
     assert new == ["b", "a", "c"] and words is None and np.frombuffer(occurrences, np.int32).tolist() == [0, 1, 0, 2]
     assert np.frombuffer(per_text, np.int64).tolist() == [3, 0, 1]
@@ -228,6 +230,7 @@ def test_scores_by_term_are_the_products_bit_for_bit(monkeypatch):
     assert ours.dtype == theirs.dtype == np.float32 and ours.shape == theirs.shape == (122, len(rows))
     assert np.array_equal(ours.view(np.uint32), theirs.view(np.uint32))
     assert (ours[:-2].max(axis=1) > 0).all() and not ours[-2:].any()
+    assert index.score_all([]).shape == (0, len(rows)) and index.search([], k=5) == []
     t = index._weights_by_term()
     assert t.shape == (index._weights.shape[1], index._weights.shape[0])
     assert np.array_equal(t.toarray(), index._weights.toarray().T)
