@@ -218,6 +218,10 @@ static PyObject *ChunkTable_new(PyTypeObject *type, PyObject *args, PyObject *kw
     PyObject *stop_words = NULL;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$pOp:ChunkTable", kwlist, &words, &stop_words, &stemming))
         return NULL;
+    if (stop_words && PyUnicode_Check(stop_words)) { /* a str is a sequence of its characters: not meant */
+        PyErr_SetString(PyExc_TypeError, "ChunkTable: stop_words must be a sequence of str, not a str");
+        return NULL;
+    }
     PyObject *stops = stop_words ? PySequence_Tuple(stop_words) : PyTuple_New(0);
     if (!stops) return NULL;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(stops); i++) {
@@ -266,13 +270,28 @@ static int check_free(ChunkTable *t, int scan, int expand) {
     return 0;
 }
 
-/* A buffer of int64 items (its length in items via *n); -1 with an exception set when it is not one. */
-static int int64_items(Py_buffer *view, const char *name, Py_ssize_t *n) {
-    if (view->len % (Py_ssize_t)sizeof(int64_t)) {
-        PyErr_Format(PyExc_ValueError, "%s must hold int64 items, got %zd bytes", name, view->len);
+/* The C-contiguous buffer of `object`, with its format; -1 with an exception naming `name` when it has none. */
+static int get_buffer(PyObject *object, Py_buffer *view, const char *where, const char *name) {
+    if (PyObject_GetBuffer(object, view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) == 0) return 0;
+    PyErr_Format(PyExc_TypeError, "%s: %s must be a contiguous buffer (a bytearray the kernel made, or a NumPy array)",
+                 where, name);
+    return -1;
+}
+
+/* Whether `view` holds integers of `size` bytes: raw bytes (a bytearray the kernel made, or a view of one) of a
+ * length that is a multiple of `size`, or an array of signed integers of that size; their number via *n. -1 with
+ * an exception naming `name` otherwise (an int32 array where int64 items are meant is refused, not misread). */
+static int int_items(const Py_buffer *view, const char *where, const char *name, Py_ssize_t size, Py_ssize_t *n) {
+    const char *f = view->format ? view->format : "B";
+    if (*f == '<' || *f == '=' || *f == '@') f++;
+    int raw = view->itemsize == 1 && (!strcmp(f, "B") || !strcmp(f, "b") || !strcmp(f, "c"));
+    int ints = view->itemsize == size && f[0] && !f[1] && strchr("bhilq", f[0]);
+    if ((!raw && !ints) || view->len % size) {
+        PyErr_Format(PyExc_ValueError, "%s: %s must hold int%zd items (the kernel's bytes or an int%zd array), got "
+                     "%zd bytes of format '%s'", where, name, 8 * size, 8 * size, view->len, f);
         return -1;
     }
-    *n = view->len / (Py_ssize_t)sizeof(int64_t);
+    *n = view->len / size;
     return 0;
 }
 
@@ -453,9 +472,9 @@ static PyObject *simple_term(ChunkTable *t, const unsigned char *p, size_t n) {
 }
 
 static PyObject *ChunkTable_scan(ChunkTable *t, PyObject *arg) {
-    if (check_free(t, 1, 0) < 0) return NULL;
     /* a tuple of its own: its references keep every text alive while the GIL is released, whatever another
-     * thread does to the caller's list meanwhile */
+     * thread does to the caller's list meanwhile. Making it may run Python code (the caller's __iter__), so the
+     * table is checked, and marked as scanned, only after it, with no Python code in between. */
     PyObject *seq = PySequence_Check(arg) ? PySequence_Tuple(arg) : NULL;
     if (!seq) {
         if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_TypeError)) {
@@ -465,6 +484,7 @@ static PyObject *ChunkTable_scan(ChunkTable *t, PyObject *arg) {
         return NULL;
     }
     PyObject *result = NULL, *occ = NULL, *per = NULL, *new_chunks = NULL, *terms = NULL;
+    int marked = 0; /* this call set t->scanning */
     Py_ssize_t n_texts = PyTuple_GET_SIZE(seq);
     PyObject **items = &PyTuple_GET_ITEM(seq, 0);
     Text *texts = PyMem_Malloc((size_t)(n_texts ? n_texts : 1) * sizeof(Text));
@@ -501,7 +521,8 @@ static PyObject *ChunkTable_scan(ChunkTable *t, PyObject *arg) {
     int64_t *per_text = (int64_t *)PyByteArray_AS_STRING(per);
     size_t n_out = 0;
     int failed = 0;
-    t->scanning = 1;
+    if (check_free(t, 1, 0) < 0) goto done;
+    t->scanning = marked = 1; /* until the new chunks are handed out: making their str may run Python code */
     /* the texts stay alive (the tuple holds them) and a str's characters never change: read without the GIL */
     Py_BEGIN_ALLOW_THREADS
     Batch *batch = malloc(sizeof(Batch));
@@ -538,7 +559,6 @@ static PyObject *ChunkTable_scan(ChunkTable *t, PyObject *arg) {
         free(batch);
     }
     Py_END_ALLOW_THREADS
-    t->scanning = 0;
     if (failed) { /* the chunks added so far stay, above `scanned`: the next scan hands them out */
         if (failed == 2)
             PyErr_SetString(PyExc_OverflowError, "scan: more than 2**31 - 1 distinct chunks");
@@ -568,6 +588,7 @@ static PyObject *ChunkTable_scan(ChunkTable *t, PyObject *arg) {
     result = PyTuple_Pack(4, occ, per, new_chunks, terms);
     if (result) t->scanned = t->offset.len;
 done:
+    if (marked) t->scanning = 0;
     PyMem_Free(texts);
     Py_XDECREF(occ);
     Py_XDECREF(per);
@@ -578,55 +599,65 @@ done:
 }
 
 static PyObject *ChunkTable_set_terms(ChunkTable *t, PyObject *found) {
-    if (check_free(t, 0, 1) < 0) return NULL;
+    /* every term id is read into arrays of our own first: reading them may run Python code (a generator, an
+     * __index__), which could clear the table or start a count on another thread. The table is checked and
+     * changed only after, with no Python code in between. */
     PyObject *items = PySequence_Fast(found, "set_terms: expected a sequence of term id sequences");
     if (!items) return NULL;
     PyObject *result = NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(items);
+    Vec counts = {NULL, 0, 0, sizeof(int32_t)}, ids = {NULL, 0, 0, sizeof(int64_t)};
+    if (vec_reserve(&counts, (size_t)n + 1) < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *chunk = PySequence_Fast(PySequence_Fast_GET_ITEM(items, i), "set_terms: each chunk's terms must be "
+                                                                              "a sequence of term ids");
+        if (!chunk) goto done;
+        Py_ssize_t m = PySequence_Fast_GET_SIZE(chunk);
+        if (m > INT32_MAX || vec_reserve(&ids, ids.len + (size_t)m) < 0) {
+            Py_DECREF(chunk);
+            PyErr_NoMemory();
+            goto done;
+        }
+        for (Py_ssize_t k = 0; k < m; k++) {
+            long long id = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(chunk, k));
+            if (id < 0) {
+                if (!PyErr_Occurred())
+                    PyErr_Format(PyExc_ValueError, "set_terms: chunk %zd's term id %lld is negative", i, id);
+                Py_DECREF(chunk);
+                goto done;
+            }
+            VEC_AT(ids, int64_t, ids.len++) = (int64_t)id;
+        }
+        Py_DECREF(chunk);
+        VEC_AT(counts, int32_t, counts.len++) = (int32_t)m;
+    }
+    if (check_free(t, 0, 1) < 0) goto done;
     size_t first = t->term_count.len, pending = t->scanned - first;
     if ((size_t)n > pending) {
         PyErr_Format(PyExc_ValueError, "set_terms: %zu chunks wait for their terms, got terms for %zd", pending, n);
         goto done;
     }
-    size_t at = t->terms.len;
-    if (vec_reserve(&t->term_start, first + (size_t)n) < 0 || vec_reserve(&t->term_count, first + (size_t)n) < 0) {
+    if (vec_reserve(&t->term_start, first + (size_t)n) < 0 || vec_reserve(&t->term_count, first + (size_t)n) < 0 ||
+        vec_reserve(&t->terms, t->terms.len + ids.len) < 0) {
         PyErr_NoMemory();
         goto done;
     }
+    size_t at = t->terms.len;
+    if (ids.len) memcpy((int64_t *)t->terms.data + at, ids.data, ids.len * sizeof(int64_t));
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *ids = PySequence_Fast(PySequence_Fast_GET_ITEM(items, i), "set_terms: each chunk's terms must be "
-                                                                            "a sequence of term ids");
-        if (!ids) goto undo;
-        Py_ssize_t m = PySequence_Fast_GET_SIZE(ids);
-        if (m > INT32_MAX || vec_reserve(&t->terms, at + (size_t)m) < 0) {
-            Py_DECREF(ids);
-            PyErr_NoMemory();
-            goto undo;
-        }
-        for (Py_ssize_t k = 0; k < m; k++) {
-            long long id = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(ids, k));
-            if (id < 0) {
-                if (!PyErr_Occurred())
-                    PyErr_Format(PyExc_ValueError, "set_terms: chunk %zd's term id %lld is negative", i, id);
-                Py_DECREF(ids);
-                goto undo;
-            }
-            VEC_AT(t->terms, int64_t, at + (size_t)k) = (int64_t)id;
-        }
-        Py_DECREF(ids);
         VEC_AT(t->term_start, int64_t, first + (size_t)i) = (int64_t)at;
-        VEC_AT(t->term_count, int32_t, first + (size_t)i) = (int32_t)m;
-        at += (size_t)m;
+        VEC_AT(t->term_count, int32_t, first + (size_t)i) = VEC_AT(counts, int32_t, i);
+        at += (size_t)VEC_AT(counts, int32_t, i);
     }
-    /* all or nothing: the lengths move only once every chunk's terms are in */
     t->terms.len = at;
     t->term_start.len = t->term_count.len = first + (size_t)n;
-    result = Py_None;
-    Py_INCREF(result);
-    goto done;
-undo:
-    /* nothing to undo: the lengths were not moved, so the next set_terms writes over these items */
+    result = Py_NewRef(Py_None);
 done:
+    vec_free(&counts);
+    vec_free(&ids);
     Py_DECREF(items);
     return result;
 }
@@ -636,12 +667,9 @@ done:
  * an exception set when they do not fit. */
 static int check_scanned(ChunkTable *t, Py_buffer *occ_view, Py_buffer *per_view, const char *where,
                          Py_ssize_t *n_occ, Py_ssize_t *n_texts, int64_t *n_tokens) {
-    if (occ_view->len % (Py_ssize_t)sizeof(int32_t)) {
-        PyErr_Format(PyExc_ValueError, "%s: occurrences must hold int32 items, got %zd bytes", where, occ_view->len);
+    if (int_items(occ_view, where, "occurrences", 4, n_occ) < 0 ||
+        int_items(per_view, where, "chunks_per_text", 8, n_texts) < 0)
         return -1;
-    }
-    if (int64_items(per_view, "chunks_per_text", n_texts) < 0) return -1;
-    *n_occ = occ_view->len / (Py_ssize_t)sizeof(int32_t);
     const int32_t *occ = (const int32_t *)occ_view->buf;
     const int64_t *chunks = (const int64_t *)per_view->buf;
     int64_t sum = 0;
@@ -674,9 +702,16 @@ static int check_scanned(ChunkTable *t, Py_buffer *occ_view, Py_buffer *per_view
 
 static PyObject *ChunkTable_expand(ChunkTable *t, PyObject *args) {
     Py_buffer occ_view, per_view;
-    if (check_free(t, 0, 0) < 0) return NULL;
-    if (!PyArg_ParseTuple(args, "y*y*:expand", &occ_view, &per_view)) return NULL;
+    PyObject *occ_object, *per_object;
+    if (!PyArg_ParseTuple(args, "OO:expand", &occ_object, &per_object) ||
+        get_buffer(occ_object, &occ_view, "expand", "occurrences") < 0)
+        return NULL;
+    if (get_buffer(per_object, &per_view, "expand", "chunks_per_text") < 0) {
+        PyBuffer_Release(&occ_view);
+        return NULL;
+    }
     PyObject *result = NULL, *ids_out = NULL, *per_out = NULL;
+    if (check_free(t, 0, 0) < 0) goto done;
     Py_ssize_t n_occ, n_texts;
     int64_t total;
     if (check_scanned(t, &occ_view, &per_view, "expand", &n_occ, &n_texts, &total) < 0) goto done;
@@ -717,8 +752,11 @@ done:
 static PyObject *ChunkTable_first_terms(ChunkTable *t, PyObject *args) {
     PyObject *parts;
     Py_ssize_t n_ids;
-    if (check_free(t, 0, 0) < 0) return NULL;
     if (!PyArg_ParseTuple(args, "On:first_terms", &parts, &n_ids)) return NULL;
+    if (n_ids < 0 || n_ids > PY_SSIZE_T_MAX / 8) {
+        PyErr_Format(PyExc_ValueError, "first_terms: n_ids = %zd is not a number of term ids", n_ids);
+        return NULL;
+    }
     PyObject *items = PySequence_Fast(parts, "first_terms: parts must be a sequence of (occurrences, chunks_per_text)");
     if (!items) return NULL;
     Py_ssize_t n_parts = PySequence_Fast_GET_SIZE(items);
@@ -731,13 +769,23 @@ static PyObject *ChunkTable_first_terms(ChunkTable *t, PyObject *args) {
         PyErr_NoMemory();
         goto done;
     }
-    for (Py_ssize_t k = 0; k < n_parts; k++) { /* a failed parse releases what it took (obj NULL again) */
-        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(items, k), "y*y*:first_terms", &views[2 * k],
-                              &views[2 * k + 1]) ||
-            check_scanned(t, &views[2 * k], &views[2 * k + 1], "first_terms", &sizes[2 * k], &sizes[2 * k + 1],
+    for (Py_ssize_t k = 0; k < n_parts; k++) { /* views[] starts zeroed: obj NULL marks one not taken */
+        PyObject *pair = PySequence_Fast(PySequence_Fast_GET_ITEM(items, k), "first_terms: each part must be an "
+                                                                             "(occurrences, chunks_per_text) pair");
+        if (!pair) goto done;
+        int ok = PySequence_Fast_GET_SIZE(pair) == 2 &&
+                 get_buffer(PySequence_Fast_GET_ITEM(pair, 0), &views[2 * k], "first_terms", "occurrences") == 0 &&
+                 get_buffer(PySequence_Fast_GET_ITEM(pair, 1), &views[2 * k + 1], "first_terms", "chunks_per_text") == 0;
+        if (!ok && !PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "first_terms: each part must be an (occurrences, chunks_per_text) pair");
+        Py_DECREF(pair);
+        if (!ok) goto done;
+    }
+    if (check_free(t, 0, 0) < 0) goto done;
+    for (Py_ssize_t k = 0; k < n_parts; k++)
+        if (check_scanned(t, &views[2 * k], &views[2 * k + 1], "first_terms", &sizes[2 * k], &sizes[2 * k + 1],
                           &n_tokens) < 0)
             goto done;
-    }
     const int64_t *terms = (const int64_t *)t->terms.data;
     for (size_t i = 0; i < t->terms.len; i++) {
         if (terms[i] >= n_ids) {
@@ -841,24 +889,28 @@ static void sort_int32(int32_t *a, size_t n) {
 enum { NO_TERMS = -1, MANY_TERMS = -2, NO_FINAL_ID = -3 };
 
 static PyObject *ChunkTable_count(ChunkTable *t, PyObject *args) {
-    Py_buffer occ_view, per_view, final_view;
+    Py_buffer views[3] = {{0}};
+    PyObject *objects[3];
     Py_ssize_t n_terms;
-    if (check_free(t, 0, 0) < 0) return NULL;
-    if (!PyArg_ParseTuple(args, "y*y*y*n:count", &occ_view, &per_view, &final_view, &n_terms)) return NULL;
+    if (!PyArg_ParseTuple(args, "OOOn:count", &objects[0], &objects[1], &objects[2], &n_terms)) return NULL;
     PyObject *result = NULL, *columns_out = NULL, *counts_out = NULL, *per_row_out = NULL;
     int32_t *seen = NULL, *single = NULL;
     Py_ssize_t n_occ, n_texts, n_final;
     int64_t n_tokens;
-    if (check_scanned(t, &occ_view, &per_view, "count", &n_occ, &n_texts, &n_tokens) < 0 ||
-        int64_items(&final_view, "final", &n_final) < 0)
+    static const char *names[3] = {"occurrences", "chunks_per_text", "final"};
+    for (int k = 0; k < 3; k++)
+        if (get_buffer(objects[k], &views[k], "count", names[k]) < 0) goto done;
+    Py_buffer *occ_view = &views[0], *per_view = &views[1], *final_view = &views[2];
+    if (check_free(t, 0, 0) < 0 || check_scanned(t, occ_view, per_view, "count", &n_occ, &n_texts, &n_tokens) < 0 ||
+        int_items(final_view, "count", "final", 8, &n_final) < 0)
         goto done;
     if (n_terms < 0 || n_terms > INT32_MAX) {
         PyErr_Format(PyExc_ValueError, "count: n_terms = %zd is not in [0, 2**31)", n_terms);
         goto done;
     }
-    const int32_t *occ = (const int32_t *)occ_view.buf;
-    const int64_t *chunks = (const int64_t *)per_view.buf;
-    const int64_t *final = (const int64_t *)final_view.buf;
+    const int32_t *occ = (const int32_t *)occ_view->buf;
+    const int64_t *chunks = (const int64_t *)per_view->buf;
+    const int64_t *final = (const int64_t *)final_view->buf;
     const int32_t *count = (const int32_t *)t->term_count.data;
     const int64_t *start = (const int64_t *)t->term_start.data;
     const int64_t *terms = (const int64_t *)t->terms.data;
@@ -935,9 +987,8 @@ done:
     Py_XDECREF(columns_out);
     Py_XDECREF(counts_out);
     Py_XDECREF(per_row_out);
-    PyBuffer_Release(&occ_view);
-    PyBuffer_Release(&per_view);
-    PyBuffer_Release(&final_view);
+    for (int k = 0; k < 3; k++)
+        if (views[k].obj) PyBuffer_Release(&views[k]);
     return result;
 }
 

@@ -286,14 +286,14 @@ done:
     return result;
 }
 
-/* out[q, row] (zeros, float32) = sum over query q's terms t, in the given (increasing) order, of
+/* out[q, row] (n_queries x n_rows, zeros, float32) = sum over query q's terms t, in the given (increasing) order, of
  * data[j] * weight for the entries j of column t: the float32 products and sums of csr_product's loop for the
  * query's nonzero weights, in the same order for every row (adding a zero weight's product leaves a sum as it
  * was), so the scores are bit-identical to it. */
 PyObject *score_columns(PyObject *Py_UNUSED(module), PyObject *args) {
     static const ArraySpec specs[7] = {{"indptr", 'i', 0, 1, 0},    {"rows", 'i', 0, 1, 0},   {"data", 'f', 4, 1, 0},
                                        {"query_ptr", 'i', 8, 1, 0}, {"terms", 'i', 8, 1, 0},  {"weights", 'f', 4, 1, 0},
-                                       {"out", 'f', 4, 1, 1}};
+                                       {"out", 'f', 4, 2, 1}};
     PyObject *o[7];
     Py_buffer v[7];
     if (!PyArg_ParseTuple(args, "OOOOOOO:score_columns", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6]) ||
@@ -308,10 +308,9 @@ PyObject *score_columns(PyObject *Py_UNUSED(module), PyObject *args) {
         goto done;
     }
     int wide = v[0].itemsize == 8;
-    /* rows: the largest row index + 1 is out's row length; checked with the columns */
-    Py_ssize_t n_rows = n_queries ? v[6].shape[0] / n_queries : 0;
-    if (n_queries && v[6].shape[0] % n_queries) {
-        PyErr_SetString(PyExc_ValueError, "score_columns: out must hold n_queries x n_rows items");
+    Py_ssize_t n_rows = v[6].shape[1]; /* out: n_queries x n_rows */
+    if (v[6].shape[0] != n_queries) {
+        PyErr_SetString(PyExc_ValueError, "score_columns: out must be n_queries x n_rows");
         goto done;
     }
     if (check_csr("score_columns", &v[0], &v[1], nnz, n_rows) < 0) goto done;

@@ -372,11 +372,9 @@ class BM25Index:
             if kernel == "native":  # the same float32 products and sums, term by term over the documents' columns
                 by_term = self._weights_by_term()
                 scores = np.zeros((n_queries, self.n_docs), dtype=np.float32)
-                if n_queries == 0:
-                    return scores, None
                 query_ptr = np.searchsorted(q, np.arange(n_queries + 1)).astype(np.int64)
                 kernel_module.native.score_columns(by_term.indptr, by_term.indices, by_term.data, query_ptr,
-                                                   np.ascontiguousarray(t, dtype=np.int64), weights, scores.reshape(-1))
+                                                   np.ascontiguousarray(t, dtype=np.int64), weights, scores)
                 return scores, None
             query = np.zeros((n_vocab, n_queries), dtype=np.float32)
             query[t, q] = weights

@@ -36,7 +36,7 @@ import numpy as np
 
 from r2med.retrievers.bm25 import kernel as _kernel
 
-__all__ = ["CsrMatrix", "choose_kernel", "load_kernel", "native_product", "numpy_product", "product"]
+__all__ = ["CsrMatrix", "choose_kernel", "load_kernel", "native_product", "numpy_product", "product", "rows_increasing"]
 
 #: what NumPy's kernel costs, in nanoseconds (measured on x86-64): a pass over the rows' ``k``-th entries (one per
 #: entry of the longest row: Python and indexing overhead), each stored entry, each cell (entry x column of the block)
@@ -70,12 +70,28 @@ class CsrMatrix:
     @classmethod
     def from_scipy_like(cls, matrix: Any) -> CsrMatrix:
         """The arrays of a ``scipy.sparse.csr_matrix`` (or of anything with ``data``, ``indices``, ``indptr``,
-        ``shape``), not copied; its columns must be sorted within each row, as the index's counts are."""
+        ``shape``), not copied when each row's columns are increasing, as an index's counts are. A SciPy matrix with
+        a row's columns out of order or repeated is put in canonical form first, on a copy (``sum_duplicates``: a
+        repeated term's counts add up): every scoring kernel then adds a document's terms in the same order.
+
+        >>> import scipy.sparse as sp
+        >>> m = CsrMatrix.from_scipy_like(sp.csr_matrix(([3, 1, 2], [2, 0, 2], [0, 3]), shape=(1, 3)))
+        >>> m.indices.tolist(), m.data.tolist()
+        ([0, 2], [1, 5])
+        """
         if isinstance(matrix, CsrMatrix):
             return matrix
         if getattr(matrix, "format", "csr") != "csr":  # a CSC matrix has the same attributes, meaning the transpose
             raise TypeError(f"expected a CSR matrix, got a {matrix.format!r} one; convert it with .tocsr()")
-        return cls(np.asarray(matrix.data), np.asarray(matrix.indices), np.asarray(matrix.indptr), matrix.shape)
+        indices, indptr = np.asarray(matrix.indices), np.asarray(matrix.indptr)
+        if not rows_increasing(indptr, indices):
+            if not callable(getattr(matrix, "sum_duplicates", None)):
+                raise ValueError("a row's column indices are not increasing; sort them (and add up repeated columns) "
+                                 "before building an index")
+            matrix = matrix.copy()
+            matrix.sum_duplicates()
+            indices, indptr = np.asarray(matrix.indices), np.asarray(matrix.indptr)
+        return cls(np.asarray(matrix.data), indices, indptr, matrix.shape)
 
     @property
     def nnz(self) -> int:
@@ -144,6 +160,21 @@ class CsrMatrix:
         matrix = sp.csr_matrix((self.data, self.indices, self.indptr), shape=self.shape, copy=False)
         matrix.has_sorted_indices = True
         return matrix
+
+
+def rows_increasing(indptr: np.ndarray, indices: np.ndarray) -> bool:
+    """Whether each row's column indices increase strictly (no column out of order, none repeated).
+
+    >>> rows_increasing(np.array([0, 2, 3]), np.array([0, 5, 1])), rows_increasing(np.array([0, 2]), np.array([3, 3]))
+    (True, False)
+    """
+    if len(indices) < 2:
+        return True
+    rises = np.diff(np.asarray(indices, dtype=np.int64)) > 0
+    row_starts = np.asarray(indptr[1:-1], dtype=np.int64)
+    new_row = np.zeros(len(indices), dtype=bool)
+    new_row[row_starts[row_starts < len(indices)]] = True  # an entry that starts a row may be below the one before
+    return bool((rises | new_row[1:]).all())
 
 
 def choose_kernel(matrix: CsrMatrix, columns: int) -> str:
