@@ -29,7 +29,10 @@
  *
  * Threads: the bytes and integers are walked with the GIL released. A scan may run beside set_terms, expand,
  * first_terms and count (they touch different parts of the table); no two scans at once, no set_terms while
- * an expand, first_terms or count runs, no clear while anything runs (RuntimeError).
+ * an expand, first_terms or count runs, no clear while anything runs (RuntimeError). Each call reads (and runs
+ * the caller's Python code on) its arguments first, then checks the table and marks it, with no Python code in
+ * between. The arrays a call is given are checked, then read without the GIL: a caller must not change them
+ * from another thread while the call runs (r2med's callers pass arrays no other thread holds).
  */
 #include "native.h"
 
