@@ -109,8 +109,10 @@ ONE_CALL = {  # files msgspec's decode_lines reads in one call: one flat object 
 }
 
 
+@pytest.mark.parametrize("numpy_from", [0, 1 << 20], ids=["numpy", "bytes.count"])
 @pytest.mark.parametrize(("raw", "one_call"), list(ONE_CALL.values()), ids=list(ONE_CALL))
-def test_one_call_only_where_every_line_is_one_object(tmp_path, monkeypatch, raw, one_call):
+def test_one_call_only_where_every_line_is_one_object(tmp_path, monkeypatch, raw, one_call, numpy_from):
+    monkeypatch.setattr(readers, "_NUMPY_LINE_BREAKS_FROM", numpy_from)  # large files count line breaks with NumPy
     decoder = readers._flat_row_decoder()
     per_line = []  # lines decoded one at a time
     monkeypatch.setattr(readers, "_FLAT_ROW", type("Spy", (), {
@@ -124,3 +126,14 @@ def test_one_call_only_where_every_line_is_one_object(tmp_path, monkeypatch, raw
     if one_call:
         n = raw.count(b"{")
         assert fast[0] == (["a", "b"][:n], ["x", "}{ braces" if b"braces" in raw else "y"][:n])
+
+
+def test_line_breaks_are_counted_alike_by_numpy_and_bytes_count(monkeypatch):
+    import random
+
+    rng = random.Random(3)
+    pieces = [b"{", b"}", b"\n", b"a", b'"', b"\r", b" ", b"}\n{"]
+    for _ in range(3000):
+        body = b"".join(rng.choice(pieces) for _ in range(rng.randint(0, 40)))
+        monkeypatch.setattr(readers, "_NUMPY_LINE_BREAKS_FROM", 0)
+        assert readers._line_breaks(body) == (body.count(b"\n"), body.count(b"}\n{")), body

