@@ -849,40 +849,45 @@ done:
     return result;
 }
 
-static void sort_int32(int32_t *a, size_t n) {
-    while (n > 16) { /* quicksort, median of three, recursing into the smaller side */
-        int32_t x = a[0], y = a[n / 2], z = a[n - 1];
-        int32_t pivot = x < y ? (y < z ? y : (x < z ? z : x)) : (x < z ? x : (y < z ? z : y));
-        size_t i = 0, j = n - 1;
-        for (;;) {
-            while (a[i] < pivot) i++;
-            while (a[j] > pivot) j--;
-            if (i >= j) break;
-            int32_t tmp = a[i];
-            a[i] = a[j];
-            a[j] = tmp;
-            i++;
-            j--;
-        }
-        size_t left = j + 1; /* a[0:left] <= pivot <= a[left:n], 0 < left < n */
-        if (left < n - left) {
-            sort_int32(a, left);
-            a += left;
-            n -= left;
-        } else {
-            sort_int32(a + left, n - left);
-            n = left;
+/* Each of the n_rows rows (per_row[r] entries, one after the other in columns/counts, n entries in all) with its
+ * entries in increasing column order (every column below n_cols, none twice in a row): a counting sort of all the
+ * entries by column, which keeps each column's rows in order, then each entry put back in its row, in column
+ * order. Two passes over the entries, no per-row comparison sort. -1 when out of memory (nothing changed). */
+static int sort_rows(int32_t *columns, int32_t *counts, const int64_t *per_row, Py_ssize_t n_rows, size_t n,
+                     Py_ssize_t n_cols) {
+    int64_t *first = calloc((size_t)n_cols + 1, sizeof(int64_t)); /* column c's entries: [first[c], first[c + 1]) */
+    int64_t *next = malloc(((size_t)n_cols + 1) * sizeof(int64_t));
+    int32_t *row_of = malloc((n ? n : 1) * sizeof(int32_t)), *count_of = malloc((n ? n : 1) * sizeof(int32_t));
+    int64_t *row_at = malloc(((size_t)n_rows + 1) * sizeof(int64_t));
+    int status = -1;
+    if (!first || !next || !row_of || !count_of || !row_at) goto done;
+    for (size_t e = 0; e < n; e++) first[columns[e] + 1]++;
+    for (Py_ssize_t c = 0; c < n_cols; c++) first[c + 1] += first[c];
+    memcpy(next, first, ((size_t)n_cols + 1) * sizeof(int64_t));
+    size_t e = 0;
+    for (Py_ssize_t r = 0; r < n_rows; r++) {
+        row_at[r] = (int64_t)e;
+        for (int64_t k = 0; k < per_row[r]; k++, e++) {
+            int64_t at = next[columns[e]]++;
+            row_of[at] = (int32_t)r;
+            count_of[at] = counts[e];
         }
     }
-    for (size_t i = 1; i < n; i++) {
-        int32_t v = a[i];
-        size_t j = i;
-        while (j > 0 && a[j - 1] > v) {
-            a[j] = a[j - 1];
-            j--;
+    for (Py_ssize_t c = 0; c < n_cols; c++) {
+        for (int64_t at = first[c]; at < first[c + 1]; at++) {
+            int64_t to = row_at[row_of[at]]++;
+            columns[to] = (int32_t)c;
+            counts[to] = count_of[at];
         }
-        a[j] = v;
     }
+    status = 0;
+done:
+    free(first);
+    free(next);
+    free(row_of);
+    free(count_of);
+    free(row_at);
+    return status;
 }
 
 /* count's view of a chunk: its one final term id (>= 0), or one of these */
@@ -931,6 +936,7 @@ static PyObject *ChunkTable_count(ChunkTable *t, PyObject *args) {
     size_t out = 0;
     Py_ssize_t bad = -1; /* a text with a term that has no final id */
     int64_t bad_id = 0;
+    int failed = 0;
     t->expanding++;
     Py_BEGIN_ALLOW_THREADS
     for (size_t c = 0; c < n_chunks; c++) { /* most chunks have one term: its final id, without the indirections */
@@ -962,7 +968,6 @@ static PyObject *ChunkTable_count(ChunkTable *t, PyObject *args) {
                 break;
             }
         }
-        sort_int32(row, distinct);
         for (size_t k = 0; k < distinct; k++) {
             counts[out + k] = seen[row[k]];
             seen[row[k]] = 0;
@@ -970,11 +975,16 @@ static PyObject *ChunkTable_count(ChunkTable *t, PyObject *args) {
         per_row[i] = (int64_t)distinct;
         out += distinct;
     }
+    if (bad < 0 && sort_rows(columns, counts, per_row, n_texts, out, n_terms) < 0) failed = 1;
     Py_END_ALLOW_THREADS
     t->expanding--;
     if (bad >= 0) {
         PyErr_Format(PyExc_ValueError, "count: text %zd has term id %lld, which has no final id in [0, %zd)", bad,
                      (long long)bad_id, n_terms);
+        goto done;
+    }
+    if (failed) {
+        PyErr_NoMemory();
         goto done;
     }
     if (PyByteArray_Resize(columns_out, (Py_ssize_t)(out * sizeof(int32_t))) < 0 ||
