@@ -1,5 +1,10 @@
 """Analyse a corpus and count its terms on every core.
 
+With BM25's C kernel (:mod:`r2med.retrievers.bm25.kernel`) everything runs in this process: the analyzer's chunk
+table looks the texts up on a thread while this thread analyses the new chunks, in slices that grow from 4,000
+to 32,000 texts, and the counts are made from the chunks on every core
+(``vocabulary.matrix_from_chunks``). Without it (an install with no C compiler), as follows.
+
 Each worker process analyses a contiguous slice of the corpus and turns it into provisional term
 ids (``EnglishAnalyzer.term_ids``, made ready to merge by ``vocabulary.slice_counts``); the parent
 merges the slices in corpus order as they arrive, while the workers go on, and counts each slice's tokens
