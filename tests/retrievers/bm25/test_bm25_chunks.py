@@ -26,6 +26,8 @@ def make(request, monkeypatch):
     if request.param == "numpy":
         monkeypatch.setattr(kernel, "native", None)
         return NumpyChunkTable
+    if kernel.native is None:  # not built here: test_bm25_sparse's check of the build says so once
+        pytest.skip("BM25's C kernel was not built")
     return NativeChunkTable
 
 

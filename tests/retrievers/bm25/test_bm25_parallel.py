@@ -20,6 +20,8 @@ def engine(request, monkeypatch):
     """BM25's C kernel, or NumPy's path (the kernel hidden, as where it was not built)."""
     if request.param == "numpy":
         monkeypatch.setattr(kernel, "native", None)
+    elif kernel.native is None:  # not built here: test_bm25_sparse's check of the build says so once
+        pytest.skip("BM25's C kernel was not built")
     return request.param
 
 

@@ -48,10 +48,11 @@ def test_numpy_product_is_scipys_bit_for_bit(dtype, seed):
     theirs = sp.csr_matrix((matrix.data, matrix.indices, matrix.indptr), shape=matrix.shape) @ block
     assert ours.dtype == theirs.dtype == dtype and ours.shape == theirs.shape == (n_rows, n_vecs)
     assert np.array_equal(bits(ours), bits(theirs))
-    native = native_product(matrix, block)
-    assert native.dtype == dtype and np.array_equal(bits(native), bits(theirs))
-    wide = CsrMatrix(matrix.data, matrix.indices.astype(np.int64), matrix.indptr.astype(np.int64), matrix.shape)
-    assert np.array_equal(bits(native_product(wide, block)), bits(theirs))
+    if kernel.native is not None:  # BM25's C kernel, where it was built
+        native = native_product(matrix, block)
+        assert native.dtype == dtype and np.array_equal(bits(native), bits(theirs))
+        wide = CsrMatrix(matrix.data, matrix.indices.astype(np.int64), matrix.indptr.astype(np.int64), matrix.shape)
+        assert np.array_equal(bits(native_product(wide, block)), bits(theirs))
     # a sum in another order (float64, or pairwise) differs somewhere: the test can tell orders apart
     assert not np.array_equal(bits(ours), bits(matrix.toarray().astype(np.float64).dot(block).astype(dtype))) or \
         matrix.nnz < 50
@@ -64,16 +65,18 @@ def test_numpy_product_adds_in_the_rows_order():
     block = np.ones((3, 1), dtype=np.float32)
     assert numpy_product(matrix, block).ravel().tolist() == [0.0, 1.0]
     assert product(matrix, block, kernel="scipy").ravel().tolist() == [0.0, 1.0]
-    assert product(matrix, block, kernel="native").ravel().tolist() == [0.0, 1.0]
+    if kernel.native is not None:
+        assert product(matrix, block, kernel="native").ravel().tolist() == [0.0, 1.0]
 
 
 def test_empty_matrices_and_blocks():
     empty = CsrMatrix(np.empty(0, np.float32), np.empty(0, np.int32), np.zeros(4, np.int32), (3, 5))
     assert numpy_product(empty, np.ones((5, 2), np.float32)).tolist() == [[0.0, 0.0]] * 3
-    assert native_product(empty, np.ones((5, 2), np.float32)).tolist() == [[0.0, 0.0]] * 3
     one = CsrMatrix(np.array([2.0], np.float32), np.array([1]), np.array([0, 0, 1]), (2, 2))
     assert numpy_product(one, np.ones((2, 0), np.float32)).shape == (2, 0)
-    assert native_product(one, np.ones((2, 0), np.float32)).shape == (2, 0)
+    if kernel.native is not None:
+        assert native_product(empty, np.ones((5, 2), np.float32)).tolist() == [[0.0, 0.0]] * 3
+        assert native_product(one, np.ones((2, 0), np.float32)).shape == (2, 0)
     with pytest.raises(ValueError, match="cannot multiply"):
         product(one, np.ones((2, 1), np.float64))
     with pytest.raises(ValueError, match="unknown kernel 'torch'"):
@@ -125,6 +128,7 @@ def test_the_c_kernel_is_chosen_wherever_it_was_built():
         assert choose_kernel(rows_of(lengths), 1000) == "native"
 
 
+@pytest.mark.skipif(kernel.native is None, reason="BM25's C kernel was not built (the test above says so)")
 def test_the_c_kernel_refuses_arrays_that_do_not_fit():
     m = CsrMatrix(np.array([1.0, 2.0], np.float32), np.array([0, 1], np.int32), np.array([0, 1, 2], np.int32), (2, 2))
     block, out = np.ones((2, 1), np.float32), np.zeros((2, 1), np.float32)
