@@ -357,3 +357,25 @@ def test_the_agent_writes_no_key_an_echoing_health_quoted(cli, server, isolated_
         "documents": 3}
     shown = result.out + result.err + _written(out, isolated_home)
     assert KEY not in shown and TOKEN not in shown
+
+
+def test_every_http_request_of_r2med_goes_through_its_one_stack():
+    """No module outside ``r2med.http`` imports an HTTP client (``ServerSearch.health`` called ``httpx2.get``, which
+    had neither the deadline, the cap nor the redaction); the hub's own client (``huggingface_hub``) is the hub's."""
+    import ast
+
+    clients = {"httpx", "httpx2", "requests", "aiohttp", "urllib3", "http.client"}
+    src = Path(__file__).resolve().parents[2] / "src" / "r2med"
+    found = []
+    for path in sorted(src.rglob("*.py")):
+        if path.parent.name == "http" and path.parent.parent == src:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if isinstance(node, ast.Attribute | ast.Name) and getattr(node, "attr", getattr(node, "id", "")) in (
+                    "urlopen", "build_opener"):
+                names = ["urllib.request.urlopen"]
+            found += [f"{path.relative_to(src)}:{node.lineno}: {name}" for name in names
+                      if name in clients or name.split(".")[0] in clients or name == "urllib.request.urlopen"]
+    assert found == []
