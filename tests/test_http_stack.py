@@ -338,9 +338,10 @@ def test_an_answer_quoting_the_key_is_kept_without_it_but_a_short_key_is_no_secr
 def test_a_redirect_is_not_followed_and_names_where_it_points_for_every_kind(server):
     outcomes = each_kind(server, (308, {"Location": "https://elsewhere.example/v1"}, {}))
     for kind, error in outcomes.items():
-        assert type(error) is ProviderError and server.count(PATHS[kind]) == 1, kind
-        assert str(error).endswith("failed with HTTP 308: {} (redirected to https://elsewhere.example/v1; use that "
-                                   "as the base URL)")
+        # exit 4, as a download's redirect that cannot be followed: what was asked for is not at the address given
+        assert type(error) is MissingResourceError and server.count(PATHS[kind]) == 1, kind
+        assert str(error).endswith(f"{PATHS[kind]} was redirected (HTTP 308) to https://elsewhere.example/v1: an "
+                                   "API's redirect is not followed; use the address it points to as the base URL")
 
 
 def test_answers_that_are_not_what_was_asked_for_are_retried_then_named(server):

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-from r2med.errors import MissingResourceError, UsageError
+from r2med.errors import MissingResourceError, R2MedError, UsageError
 from r2med.http import BadAnswer, JsonClient, RetryPolicy, Secret, safe_url
 
 logger = logging.getLogger(__name__)
@@ -134,20 +134,17 @@ class ServerSearch:
 
     def health(self) -> dict[str, Any]:
         """What the server says of itself on ``GET /health`` (r2med serve: corpus, retriever, documents), or ``{}``
-        (Search-R1's server has no such page; an unreachable one fails later, on its first search)."""
+        (Search-R1's server has no such page; an unreachable one fails later, on its first search). Best effort,
+        through the searches' HTTP stack: their ``timeout`` for the whole of each attempt, their retries, an answer
+        of at most 1 MiB, and the key of a ``user:password@`` URL (and its ``Basic`` token) cut out of every value."""
         if self._health is None:
             self._health = {}
             if self.url.endswith("/retrieve"):
+                keys = ("corpus", "source", "retriever", "documents")
                 try:
-                    import httpx2
-
-                    response = httpx2.get(self.url[: -len("/retrieve")] + "/health", timeout=min(self.timeout, 10.0),
-                                          trust_env=False)
-                    body = response.json() if response.status_code == 200 else {}
-                    if isinstance(body, dict):
-                        self._health = {k: body[k] for k in ("corpus", "source", "retriever", "documents")
-                                        if k in body}
-                except Exception as exc:  # noqa: BLE001 - best effort: the identity is what the server says, when it says it
+                    self._health = self._http.get("health", max_bytes=2**20,
+                                                  parse=lambda body, _: {k: body[k] for k in keys if k in body})
+                except R2MedError as exc:  # best effort: the identity is what the server says, when it says it
                     logger.info("%s: no identity from /health (%s)", safe_url(self.url), exc)
         return self._health
 

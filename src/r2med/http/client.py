@@ -5,10 +5,17 @@ The one client of r2med's embedding, chat and completion requests. Each call run
 ``r2med.http.retry`` (one policy, one classification) through ``_attempts``, a generator that says when to send and
 how long to wait: ``apost`` drives it with asyncio (one pool per event loop), ``post`` from threads through the same
 async exchange on one background event loop (thread-safe, one pool). ``timeout`` is a deadline for a whole attempt
-(connect, send, every byte of the answer): a server that trickles or never ends its answer cannot hold an attempt
-longer, and an answer past ``MAX_ANSWER_BYTES`` is cut off. Every text a server sent (a body, a transport error) passes through ``_shown``, which
-cuts the key out, before anything reads it. Local servers are reached directly, remote ones through the usual
-proxy variables; ``httpx2`` is imported when the first request is sent.
+(connect, send, every redirect, every byte of the answer): a server that trickles or never ends its answer cannot
+hold an attempt longer. Every read is capped: an answer past ``MAX_ANSWER_BYTES`` (a POST), ``MAX_DESCRIPTION_BYTES``
+(a GET of a server's description) or a GET's ``max_bytes`` is cut off, unread when its length says so, and of an
+error answer only ``MAX_ERROR_BYTES`` are read. Every failure is an r2med error, never ``httpx2``'s: a body that
+cannot be decoded is retried as a lost connection is; a redirect is followed only by a file's GET (``get_bytes``),
+at most ``MAX_REDIRECTS`` times, to http(s) URLs, never in a loop, and one that cannot be followed (or an API's,
+which is not followed) is a ``MissingResourceError`` naming where it pointed (exit 4: what was asked for is not at
+the address given, and no retry changes that). Every text a server sent (a body, a transport error, a redirect's
+address) passes through ``_shown``, which cuts the key out, before anything reads it, and a JSON answer is cut again
+after decoding (a ``\\u`` escape hides a key from a cut of the raw text). Local servers are reached directly, remote
+ones through the usual proxy variables; ``httpx2`` is imported when the first request is sent.
 """
 
 from __future__ import annotations
@@ -25,12 +32,13 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from r2med.errors import ProviderError
+from r2med.errors import MissingResourceError, ProviderError
 from r2med.http.retry import (
     BadAnswer,
     Counters,
     Retry,
     RetryPolicy,
+    excerpt,
     exhausted,
     json_object,
     status_retry,
@@ -51,6 +59,26 @@ _SEND = object()
 Sent = tuple[int, Any, str] | BaseException | None
 #: the largest answer read (an embeddings batch of 128 texts x 3,072 dimensions is ~8 MB of JSON)
 MAX_ANSWER_BYTES = 256 * 2**20
+#: the largest answer of a GET of a server's description (``/v1/models`` of a server with hundreds of models is
+#: ~1 MB; ``/props``, ``/health``: a few KB)
+MAX_DESCRIPTION_BYTES = 8 * 2**20
+#: how much of an error answer (not 2xx) is read: r2med shows its first 500 characters
+MAX_ERROR_BYTES = 64 * 2**10
+#: the most redirects a file's GET follows (browsers: 20; a published file is usually one or two away)
+MAX_REDIRECTS = 10
+
+
+def _size(n: int) -> str:
+    """``n`` bytes for a message.
+
+    >>> _size(8 * 2**20), _size(4)
+    ('8 MiB', '4 bytes')
+    """
+    return f"{n // 2**20} MiB" if n >= 2**20 and n % 2**20 == 0 else f"{n} bytes"
+
+
+class RedirectFailed(Exception):
+    """A redirect a file's GET cannot follow (a loop, too many, not to an http(s) URL); the message is redacted."""
 
 
 class AnswerTooLarge(OSError):
@@ -139,48 +167,52 @@ class JsonClient:
 
     # ------------------------------------------------------------------ the two drivers
     def post(self, path: str, payload: dict[str, Any], *, parse: Parse = _whole, before: Before | None = None,
-             abort: threading.Event | None = None) -> Any:
-        """The parsed answer of ``POST base_url/path``; gives up before an attempt, or in a wait, once ``abort`` is set."""
+             abort: threading.Event | None = None, max_bytes: int | None = None) -> Any:
+        """The parsed answer of ``POST base_url/path``; gives up before an attempt, or in a wait, once ``abort`` is set.
+        ``max_bytes``: the longest answer read (default ``MAX_ANSWER_BYTES``)."""
         url, data = self._request(path, payload)
         waiter, outcome = abort or threading.Event(), _Outcome()
         for step in self._attempts(url, parse, before, outcome):
             if waiter.is_set():
                 raise ProviderError(f"{self.label}: POST {safe_url(url)} cancelled because another request failed")
             if step is _SEND:
-                outcome.sent = self._exchange(url, data)
+                outcome.sent = self._exchange(url, data, max_bytes)
             else:
                 waiter.wait(step)
         return outcome.value
 
-    def get(self, path: str, *, parse: Parse = _whole) -> Any:
+    def get(self, path: str, *, parse: Parse = _whole, max_bytes: int | None = None) -> Any:
         """The parsed answer of ``GET base_url/path`` (a server's description: its models, its properties), with the
-        same deadline, retries, classification and redaction as ``post``."""
+        same deadline, retries, classification and redaction as ``post``; ``max_bytes``: the longest answer read
+        (default ``MAX_DESCRIPTION_BYTES``)."""
         url = f"{self.base_url}/{path.lstrip('/')}"
+        cap = MAX_DESCRIPTION_BYTES if max_bytes is None else max_bytes
         outcome = _Outcome()
         for step in self._attempts(url, parse, None, outcome, method="GET"):
             if step is _SEND:
-                outcome.sent = _Background.get().run(self._aexchange(url, None, method="GET"))
+                outcome.sent = _Background.get().run(self._aexchange(url, None, method="GET", max_bytes=cap))
             else:
                 threading.Event().wait(step)
         return outcome.value
 
     async def apost(self, path: str, payload: dict[str, Any], *, parse: Parse = _whole,
-                    before: Before | None = None) -> Any:
+                    before: Before | None = None, max_bytes: int | None = None) -> Any:
         """``post`` from asyncio: the same attempts, each awaited (the connections are this event loop's)."""
         url, data = self._request(path, payload)
         outcome = _Outcome()
         for step in self._attempts(url, parse, before, outcome):
             if step is _SEND:
-                outcome.sent = await self._aexchange(url, data)
+                outcome.sent = await self._aexchange(url, data, max_bytes=max_bytes)
             else:
                 await asyncio.sleep(step)
         return outcome.value
 
     def get_bytes(self, url: str, *, max_bytes: int, classify: Classify | None = None,
                   sleep: Callable[[float], None] | None = None) -> bytes:
-        """The body of ``GET url`` (redirects followed), at most ``max_bytes``: the same attempts as ``post``, each
-        under one deadline of ``timeout`` seconds, from the background event loop. ``classify``: what a non-2xx
-        answer means (default ``status_retry``); ``sleep``: how to wait between attempts (tests)."""
+        """The body of ``GET url`` (redirects followed, see the module's docstring), at most ``max_bytes``: the same
+        attempts as ``post``, each under one deadline of ``timeout`` seconds (every redirect included), from the
+        background event loop. ``classify``: what a non-2xx answer means (default ``status_retry``); ``sleep``: how
+        to wait between attempts (tests)."""
         outcome = _Outcome()
         for step in self._attempts(url, _whole, None, outcome, method="GET", classify=classify):
             if step is _SEND:
@@ -215,6 +247,9 @@ class JsonClient:
             self.stats.add("requests")
             yield _SEND
             sent = outcome.sent
+            if isinstance(sent, RedirectFailed):  # the same request is redirected the same way: no retry
+                self._answered = True
+                raise MissingResourceError(f"{where}: {sent}; {self.unreachable_fix or 'check the address'}")
             if isinstance(sent, BaseException):
                 retry = self._transport_retry(sent, where)
                 if retry.unreachable and retry.reason == "connection refused" and not self._answered:
@@ -225,7 +260,7 @@ class JsonClient:
                     outcome.value = sent[2]
                     return
                 try:
-                    outcome.value = parse(json_object(sent[2]), attempt + 1)
+                    outcome.value = parse(self._decoded(json_object(sent[2]), sent[2], url), attempt + 1)
                     return
                 except BadAnswer as exc:
                     retry = Retry(str(exc))
@@ -253,6 +288,8 @@ class JsonClient:
             raise ProviderError(f"{where}: {exc}{exc.hint}") from None
         if isinstance(exc, (httpx2.TimeoutException, TimeoutError)):
             return Retry(f"timed out after {self.timeout:g} s")
+        if isinstance(exc, httpx2.DecodingError):  # a body its Content-Encoding does not describe: as a bad answer
+            return Retry(f"an answer that cannot be decoded ({detail})")
         bad_cert = next((e for e in chain if isinstance(e, ssl.SSLCertVerificationError)), None)
         if bad_cert is not None:
             why = getattr(bad_cert, "verify_message", None) or bad_cert.strerror or str(bad_cert)
@@ -268,6 +305,15 @@ class JsonClient:
     def _shown(self, text: str) -> str:
         """The one place a server's text is cut free of the key, before anything (parser, error, log) reads it."""
         return self._secret.redact(text)
+
+    def _decoded(self, answer: dict[str, Any], text: str, url: str) -> dict[str, Any]:
+        """``answer`` (decoded from the redacted ``text``) cut free of the key again where JSON escapes could have
+        hidden it from the cut of the raw text (``"\\u0042asic ..."``); without an escape it is the text's cut."""
+        return self._secret.covering(url).redact_all(answer) if "\\" in text else answer
+
+    def _shown_url(self, url: Any) -> str:
+        """A URL a server sent (a redirect's ``Location``), fit for a message: no credentials, no key."""
+        return self._shown(excerpt(safe_url(str(url)), 300))
 
     # ------------------------------------------------------------------ transport
     def _request(self, path: str, payload: dict[str, Any]) -> tuple[str, bytes]:
@@ -298,39 +344,106 @@ class JsonClient:
                 client = self._async[loop] = httpx2.AsyncClient(**self._options())
             return client
 
-    def _exchange(self, url: str, data: bytes) -> Sent:
-        return _Background.get().run(self._aexchange(url, data))
+    def _exchange(self, url: str, data: bytes, max_bytes: int | None = None) -> Sent:
+        return _Background.get().run(self._aexchange(url, data, max_bytes=max_bytes))
 
     async def _aexchange(self, url: str, data: bytes | None, *, method: str = "POST", max_bytes: int | None = None,
                          raw: bool = False) -> Sent:
         """One attempt under one deadline of ``timeout`` seconds: the status, headers and redacted body, or why not.
-        ``raw``: a file's GET (no API headers, redirects followed, a 2xx body returned as its bytes, as they came)."""
+        ``raw``: a file's GET (no API headers, redirects followed, a 2xx body returned as its bytes, as they came).
+        ``max_bytes``: the longest answer read (default ``MAX_ANSWER_BYTES``)."""
         try:
             return await asyncio.wait_for(self._attempt(url, data, method, max_bytes, raw), self.timeout)
-        except _transport_errors() as exc:  # TimeoutError (the deadline) is an OSError
+        except (*_transport_errors(), RedirectFailed) as exc:  # TimeoutError (the deadline) is an OSError
             return exc
 
     async def _attempt(self, url: str, data: bytes | None, method: str, max_bytes: int | None, raw: bool) -> Sent:
         client = self._async_client()
-        if raw:
-            request = client.stream("GET", url, headers={"User-Agent": "r2med"}, follow_redirects=True)
-        else:
-            request = client.stream(method, url, content=data, headers=self._headers())
-        async with request as response:
-            body = bytearray()
-            async for chunk in response.aiter_bytes():
-                body += chunk
-                if max_bytes is not None and len(body) > max_bytes:
-                    raise AnswerTooLarge(f"more than the {max_bytes} accepted bytes", hint="")
-                if len(body) > MAX_ANSWER_BYTES and max_bytes is None:
-                    raise AnswerTooLarge(f"an answer longer than {MAX_ANSWER_BYTES // 2**20} MiB")
+        hops: list[str] = []  # the URLs a file's GET was redirected from, in order
+        while True:
+            if raw:
+                request = client.stream("GET", url, headers={"User-Agent": "r2med"})
+            else:
+                request = client.stream(method, url, content=data, headers=self._headers())
+            async with request as response:
+                if raw and response.has_redirect_location:  # followed here (its body unread), under this deadline
+                    url = self._redirect(url, response.headers["location"], hops)
+                    continue
+                body = await self._read(response, max_bytes, raw)
+            break
         if raw and 200 <= response.status_code < 300:
             return response.status_code, response.headers, bytes(body)
         text = self._shown(bytes(body).decode("utf-8", "replace"))
-        return response.status_code, response.headers, self._secret.covering(url).redact(text)
+        headers: Any = response.headers
+        if "location" in headers:  # a redirect not followed: where it points, fit for a message
+            headers = {**dict(headers), "location": self._shown_url(_joined(url, headers["location"]))}
+        return response.status_code, headers, self._secret.covering(url).redact(text)
+
+    async def _read(self, response: Any, max_bytes: int | None, raw: bool) -> bytearray:
+        """The body of ``response``, read as far as its cap: a 2xx answer past ``max_bytes`` (default
+        ``MAX_ANSWER_BYTES``) raises ``AnswerTooLarge`` (at once when its ``Content-Length`` says so), an error
+        answer is cut at ``MAX_ERROR_BYTES``."""
+        ok = 200 <= response.status_code < 300
+        cap = (MAX_ANSWER_BYTES if max_bytes is None else max_bytes) if ok else MAX_ERROR_BYTES
+
+        def too_large() -> AnswerTooLarge:
+            if raw:
+                return AnswerTooLarge(f"more than the {cap} accepted bytes", hint="")
+            return AnswerTooLarge(f"an answer longer than {_size(cap)}",
+                                  **({} if response.request.method == "POST" else {"hint": ""}))
+
+        declared = response.headers.get("content-length", "")
+        if ok and declared.isdigit() and int(declared) > cap and "content-encoding" not in response.headers:
+            raise too_large()
+        body = bytearray()
+        async for chunk in response.aiter_bytes():
+            body += chunk
+            if len(body) > cap:
+                if ok:
+                    raise too_large()
+                del body[cap:]
+                break
+        return body
+
+    def _redirect(self, url: str, location: str, hops: list[str]) -> str:
+        """Where a file's GET of ``url`` goes next, redirected to ``location`` after the redirects from ``hops``
+        (appended to); ``RedirectFailed`` for a loop, one redirect too many, or an address that is not http(s)."""
+        import httpx2
+
+        try:
+            target = httpx2.URL(url).join(location)
+        except (httpx2.InvalidURL, ValueError):
+            raise RedirectFailed(f"redirected to an address that is no URL ({self._shown(excerpt(location, 100))!r})"
+                                 ) from None
+        if target.scheme not in ("http", "https"):
+            raise RedirectFailed(f"redirected to {self._shown_url(target)}, which is not an http(s) URL: not followed")
+        source = httpx2.URL(url)
+        if not target.userinfo and source.userinfo and (target.scheme, target.host, target.port) == (
+                source.scheme, source.host, source.port):  # the credentials go on within the origin, as httpx's do
+            target = target.copy_with(username=source.username, password=source.password)
+        hops.append(str(source.copy_with(fragment=None)))
+        following = str(target.copy_with(fragment=None))
+        if following in hops:
+            loop = [*hops[hops.index(following):], following]
+            raise RedirectFailed("redirected in a loop: " + " -> ".join(self._shown_url(hop) for hop in loop))
+        if len(hops) > MAX_REDIRECTS:
+            raise RedirectFailed(f"more than {MAX_REDIRECTS} redirects (the last to {self._shown_url(target)})")
+        return following
+
+
+def _joined(url: str, location: str) -> str:
+    """``location`` (a redirect's, maybe relative) as an absolute URL, or as written when it is none."""
+    import httpx2
+
+    try:
+        return str(httpx2.URL(url).join(location))
+    except (httpx2.InvalidURL, ValueError):
+        return location
 
 
 def _transport_errors() -> tuple[type[BaseException], ...]:
+    """What a request can fail with short of an answer: httpx's request errors (no connection, a lost one, a body
+    that cannot be decoded, too many redirects) and the operating system's (the deadline's ``TimeoutError``)."""
     import httpx2
 
-    return httpx2.TransportError, OSError
+    return httpx2.RequestError, OSError

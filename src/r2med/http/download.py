@@ -5,7 +5,9 @@ bounds connecting, sending and every byte of the answer: a server that trickles 
 attempt longer) and the same retries (``r2med.http.retry``): 408, 409, 429 and 5xx, timeouts and dropped
 connections after a backoff or the server's ``Retry-After``. A 404 is a missing resource (exit 4); another 4xx fails
 at once; a file past ``max_bytes`` is refused without a retry; a server that cannot be reached is a missing
-resource after the last attempt. URLs are shown without credentials; local addresses are reached without a proxy.
+resource after the last attempt. Redirects are followed, at most ``MAX_REDIRECTS`` (10), to http(s) URLs only, under
+the attempt's deadline: a loop, one more, or one to another scheme is a missing resource (exit 4) naming the URL and
+where it went, at once. URLs are shown without credentials; local addresses are reached without a proxy.
 """
 
 from __future__ import annotations

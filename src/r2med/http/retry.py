@@ -8,8 +8,9 @@ for (``retry-after-ms`` or ``Retry-After``, in seconds or as an HTTP date; a wai
 listens there: ``MissingResourceError``, exit 4, see ``unreachable_at_once``); any other 4xx (``ProviderError`` with
 the server's message; a rejected key, an unknown model or a used-up quota as ``FatalProviderError``, which stops a
 run of many requests); 404 and 501, "this server does not serve that" (``FatalProviderError`` naming the endpoint
-the server lacks). After the last attempt: ``MissingResourceError``
-(exit 4) when the server could not be reached, else ``ProviderError`` (exit 6) with the last reason.
+the server lacks); a redirect (``MissingResourceError``, exit 4: an API's is not followed). After the last
+attempt: ``MissingResourceError`` (exit 4) when the server could not be reached, else ``ProviderError`` (exit 6)
+with the last reason.
 """
 
 from __future__ import annotations
@@ -179,10 +180,24 @@ def status_retry(status: int, headers: Mapping[str, str], text: str, *, where: s
     if status == 429 and "insufficient_quota" in text:
         raise FatalProviderError(f"{failed} (quota used up)")
     if 300 <= status < 400:
-        raise ProviderError(f"{failed} (redirected to {headers.get('location', '?')}; use that as the base URL)")
+        raise redirect_not_followed(status, headers.get("location"), where=where)
     if status < 500 and status not in RETRY_STATUSES:
         raise ProviderError(failed)
     return Retry(f"HTTP {status}: {message}", parse_retry_after(headers))
+
+
+def redirect_not_followed(status: int, location: str | None, *, where: str) -> MissingResourceError:
+    """The error of an API's redirect (HTTP ``status`` to ``location``, shown without credentials), which is not
+    followed: a POST's body and the key would go on to an address nobody gave. Exit 4 as a redirect that cannot be
+    followed is (``r2med.http.client``): what was asked for is not at the address given.
+
+    >>> redirect_not_followed(308, "https://elsewhere.example/v1", where="m: POST http://h/v1/x")
+    MissingResourceError("m: POST http://h/v1/x was redirected (HTTP 308) to https://elsewhere.example/v1: an API's redirect is not followed; use the address it points to as the base URL")
+    """
+    if not location:
+        return MissingResourceError(f"{where} was redirected (HTTP {status}) without saying where; check the address")
+    return MissingResourceError(f"{where} was redirected (HTTP {status}) to {location}: an API's redirect is not "
+                                "followed; use the address it points to as the base URL")
 
 
 #: what to do about a server that could not be reached (an API r2med POSTs to)
