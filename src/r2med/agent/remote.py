@@ -70,11 +70,12 @@ _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 RESULT_SHAPE = '{"document": {"id": str, "contents": str}, "score": finite number}'
 
 
-def _shown(value: Any, limit: int = 200) -> str:
-    """``value`` as JSON for a message, cut to ``limit`` characters; never raises (an int of 5,000 digits, a list
-    nested past the recursion limit: its type instead)."""
+def _shown(value: Any, limit: int = 200, *, ascii: bool = False) -> str:
+    """``value`` as JSON for a message, cut to ``limit`` characters (``ascii``: every other character escaped, so an
+    invisible one shows); never raises (an int of 5,000 digits, a list nested past the recursion limit: its type
+    instead)."""
     try:
-        return excerpt(json.dumps(value, ensure_ascii=False), limit)
+        return excerpt(json.dumps(value, ensure_ascii=ascii), limit)
     except (ValueError, TypeError, RecursionError):
         return f"<a {type(value).__name__} that cannot be shown>"
 
@@ -100,7 +101,7 @@ def _result(entry: Any) -> tuple[str, float, str]:
         docid = ""
     problem = id_problem(docid)
     if problem is not None:
-        raise BadAnswer(f"document id {_shown(raw_id, 80)} {problem}; {ID_RULE}, so the server must not send it: "
+        raise BadAnswer(f"document id {_shown(raw_id, 80, ascii=True)} {problem}; {ID_RULE}, so the server must not send it: "
                         f"{_shown(entry)}")
     # a lone surrogate (JSON's "\\ud800" escape) is half a character: the prompt and the trajectories are UTF-8
     return docid, value, _LONE_SURROGATE.sub("\ufffd", document["contents"])
