@@ -125,7 +125,8 @@ def test_a_server_that_ignores_topk_gets_the_ranking_of_one_that_obeys(cli, data
     assert all(request["topk"] == 3 for request in greedy.requests)
     assert fair.json()["scores"]["Biology"]["recall_at_100"] == pytest.approx(0.75)
     assert result.json()["scores"]["Biology"] == fair.json()["scores"]["Biology"]
-    rows = _rows(tmp_path / "greedy" / "agent" / "search-r1" / "test-model" / greedy.name / "Biology.trajectories.jsonl")
+    folder = tmp_path / "greedy" / "agent" / "search-r1" / "test-model" / greedy.name
+    rows = _rows(folder / "Biology.trajectories.jsonl")
     searches = [s for row in rows for s in row["searches"]]
     assert searches and all(s["ids"] == ["d2", "d3", "d1"] and s["scores"] == [400.0, 399.0, 398.0] for s in searches)
     # counted and said once: 308 results past topk in each search

@@ -95,7 +95,8 @@ def context_window(base_url: str, model: str, *, given: int | None = None, secre
     from r2med.http import JsonClient, RetryPolicy, Secret
     from r2med.http.rules import safe_url
 
-    http = JsonClient(server_root(base_url), label=f"{model} (context length)", secret=secret or Secret(None), timeout=timeout,
+    http = JsonClient(server_root(base_url), label=f"{model} (context length)", secret=secret or Secret(None),
+                      timeout=timeout,
                       policy=RetryPolicy(max_retries=0))
 
     def ask(path: str) -> dict[str, Any] | None:

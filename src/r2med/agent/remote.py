@@ -101,8 +101,8 @@ def _result(entry: Any) -> tuple[str, float, str]:
         docid = ""
     problem = id_problem(docid)
     if problem is not None:
-        raise BadAnswer(f"document id {_shown(raw_id, 80, ascii=True)} {problem}; {ID_RULE}, so the server must not send it: "
-                        f"{_shown(entry)}")
+        raise BadAnswer(f"document id {_shown(raw_id, 80, ascii=True)} {problem}; {ID_RULE}, so the server must not "
+                        f"send it: {_shown(entry)}")
     # a lone surrogate (JSON's "\\ud800" escape) is half a character: the prompt and the trajectories are UTF-8
     return docid, value, _LONE_SURROGATE.sub("\ufffd", document["contents"])
 

@@ -68,8 +68,8 @@ class Expansions:
 def parse_expansion_spec(text: str) -> tuple[str, str]:
     """``"<method>/<llm>"`` -> ``(method, llm)``; UsageError naming the expected form otherwise.
 
-    >>> parse_expansion_spec("query2doc/qwen-72b/"), parse_expansion_spec("search-r1/qwen@server-10.0.0.5_8000_retrieve")
-    (('query2doc', 'qwen-72b'), ('search-r1', 'qwen@server-10.0.0.5_8000_retrieve'))
+    >>> parse_expansion_spec("query2doc/qwen-72b/"), parse_expansion_spec("search-r1/qwen@server-10.0.0.5_80_retrieve")
+    (('query2doc', 'qwen-72b'), ('search-r1', 'qwen@server-10.0.0.5_80_retrieve'))
     """
     parts = [p for p in str(text).strip().strip("/").split("/") if p]
     if len(parts) != 2 or not all(_NAME.match(p) for p in parts):
