@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from r2med.agent import protocols as pr
 from r2med.agent import styles as st
@@ -12,6 +12,9 @@ from r2med.errors import UsageError
 from r2med.llm.endpoint import LLMOptions
 from r2med.llm.reasoning import POLICIES
 from r2med.options import option, redefault
+
+if TYPE_CHECKING:
+    from r2med.http import Secret
 
 #: why a query's loop ended
 STOP_REASONS = {
@@ -130,6 +133,18 @@ class AgentConfig(LLMOptions):
     @property
     def name(self) -> str:
         return self.llm_name or self.llm_model
+
+    def secret(self) -> Secret:
+        """The key EVERY request to the LLM server carries: its completions and what the agent asks of the server
+        itself (``/tokenize``, ``/detokenize``, ``/v1/models``, ``/props``). One rule, the completions' client's
+        (``ChatClient`` via ``LLMOptions.client``: ``r2med.http.resolve_key`` of ``--api-key-env``'s value, else
+        ``$OPENAI_API_KEY``, else none for a local server), so a server that checks a key on every path (vLLM's
+        ``--api-key``) answers each of them; MissingResourceError (exit 4) where the completions would get one."""
+        from r2med.http import check_base_url, resolve_key
+
+        model = str(self.llm_model)
+        return resolve_key(check_base_url(str(self.base_url), provider=model), provider=model, key=self.api_key(),
+                           env=self.api_key_env)
 
     @property
     def protocol_row(self) -> pr.Protocol:

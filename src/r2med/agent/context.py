@@ -20,9 +20,12 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from r2med.errors import MissingResourceError, ProviderError
+
+if TYPE_CHECKING:
+    from r2med.http import Secret
 
 logger = logging.getLogger(__name__)
 
@@ -80,18 +83,20 @@ def is_context_error(exc: BaseException) -> bool:
     return isinstance(exc, ProviderError) and "HTTP 400" in str(exc) and bool(CONTEXT_ERRORS.search(str(exc)))
 
 
-def context_window(base_url: str, model: str, *, given: int | None = None, api_key: str | None = None,
+def context_window(base_url: str, model: str, *, given: int | None = None, secret: Secret | None = None,
                    timeout: float = 60.0) -> ContextWindow | None:
     """The context of one request to ``model`` at ``base_url``: ``given`` (``--context-length``), else vLLM's or
     llama.cpp's figure, else None. One attempt per path (a description, not the work): a server that does not
-    answer leaves the budget off, with a warning, and its completions get their retries and errors as always."""
+    answer leaves the budget off, with a warning, and its completions get their retries and errors as always.
+    ``secret``: the key of the completions (``AgentConfig.secret``), which a server that checks keys wants here too."""
     if given is not None:
         return ContextWindow(given, "--context-length")
     from r2med.agent.tokens import server_root
     from r2med.http import JsonClient, RetryPolicy, Secret
     from r2med.http.rules import safe_url
 
-    http = JsonClient(server_root(base_url), label=f"{model} (context length)", secret=Secret(api_key), timeout=timeout,
+    http = JsonClient(server_root(base_url), label=f"{model} (context length)", secret=secret or Secret(None),
+                      timeout=timeout,
                       policy=RetryPolicy(max_retries=0))
 
     def ask(path: str) -> dict[str, Any] | None:

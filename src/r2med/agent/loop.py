@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -46,6 +45,7 @@ from r2med.agent.outputs import (
     agent_ranking,
     answer_of,
     expansion_rows,
+    write_strict,
 )
 from r2med.agent.search import CorpusSearcher, search_r1_contents
 from r2med.agent.templates import resolve_template
@@ -53,7 +53,7 @@ from r2med.datasets.model import Dataset
 from r2med.errors import InvalidInputError, MissingResourceError, ProviderError
 from r2med.http import safe_url
 from r2med.io.aio import run_sync
-from r2med.io.atomic import remove_file, write_jsonl_atomic, write_text_atomic
+from r2med.io.atomic import remove_file
 from r2med.io.progress import progress_bar
 
 #: re-exported: the loop's configuration, outputs and file names live in ``config`` and ``outputs``
@@ -510,6 +510,18 @@ def _search_row(query: str, hits: list[tuple[str, float]]) -> dict[str, Any]:
     return {"query": query, "ids": [did for did, _ in hits], "scores": [score for _, score in hits]}
 
 
+def _report_cut(report: AgentReport, searcher: Any, before: dict[str, int], topk: int) -> None:
+    """What a retrieval server sent that the agent dropped in this run (``report.search_cut``), said once."""
+    cut = {name: count - before.get(name, 0) for name, count in getattr(searcher, "cut", {}).items()}
+    if not any(cut.values()):
+        return
+    report.search_cut = cut
+    logger.warning("%s: the retrieval server %s sent more than was asked: %d results past topk %d and %d repeats of a "
+                   "document already listed in %d requests; the agent kept the first %d distinct documents of each "
+                   "search (as a server that obeys topk sends)", report.dataset, safe_url(str(searcher.url)),
+                   cut.get("beyond_topk", 0), topk, cut.get("repeated", 0), report.search_requests, topk)
+
+
 def run_agent(
     dataset: Dataset,
     config: AgentConfig,
@@ -550,14 +562,17 @@ def run_agent(
     client = client or config.client(str(config.base_url), budget=Budget(max_requests=config.max_requests))
     cache = ResponseCache(report.paths["cache"])
     cache.open_for_append()  # before the first request: an answer that cannot be kept is not paid for
-    http = {"api_key": config.api_key(), "timeout": config.timeout, "max_retries": config.max_retries}
+    # what the agent asks of the LLM server itself (its tokenizer, its context) carries its completions' key
+    asks_server = window is not None or (tokens is None and config.protocol_row.needs_tokens)
+    http = {"secret": config.secret() if asks_server else None, "timeout": config.timeout,
+            "max_retries": config.max_retries}
     if tokens is None and config.protocol_row.needs_tokens:
         from r2med.agent.tokens import token_counter
 
         tokens = token_counter(config.llm_model, str(config.base_url), **http)
     if window is LEARN:
         window = context_window(str(config.base_url), config.llm_model, given=config.context_length,
-                                api_key=http["api_key"], timeout=config.timeout)
+                                secret=http["secret"], timeout=config.timeout)
     counter = None
     if window is not None:
         from r2med.agent.tokens import prompt_counter
@@ -570,6 +585,7 @@ def run_agent(
         logger.info("%s: the server's context length is unknown (pass --context-length): max-tokens is not clamped",
                     dataset.name)
     engine = _Engine(config, searcher, client, cache, report, tokens, window, counter, template)
+    cut_before = dict(getattr(searcher, "cut", {}))  # a retrieval server's dropped results, before this dataset
     # shown with -v (the CLI keeps a failure one line: nothing is printed before the work); the count line names the protocol
     logger.info("%s: protocol %s, template: %s", dataset.name, config.protocol, engine.template_source)
     bar = progress_bar(len(dataset.queries), desc=f"{dataset.name}: {config.style} {config.name}", unit="query",
@@ -602,11 +618,12 @@ def run_agent(
         engine.executor.shutdown(wait=True)
         engine.token_executor.shutdown(wait=True)
     report.trajectories = rows
+    _report_cut(report, searcher, cut_before, int(config.search_top_k))
     report.run = agent_ranking(rows, top_k=top_k, name=f"{config.style}-{config.name}")
     written = expansion_rows(dataset, config, rows, report)
-    write_jsonl_atomic(report.paths["trajectories"], rows)
+    write_strict(report.paths["trajectories"], rows)
     if written:
-        write_jsonl_atomic(report.paths["expansions"], written)
+        write_strict(report.paths["expansions"], written)
     else:  # no row: an earlier run's file must not stand in for this one (``r2med run --expansion`` would read it)
         remove_file(report.paths["expansions"])
     report.seconds = time.perf_counter() - start
@@ -617,7 +634,7 @@ def run_agent(
                "search": searcher.config(), "top_k": top_k, "r2med": __version__,
                "context": {**window.as_dict(), "counted_by": counter.source} if window is not None else None,
                "template": engine.template_source}
-    write_text_atomic(report.paths["summary"], json.dumps(summary, indent=2, ensure_ascii=False, default=str))
+    write_strict(report.paths["summary"], document=summary)
     if report.failures:
         logger.warning("%s: %d of %d queries failed and are not in %s (rerun to retry them); first: %s",
                        dataset.name, len(report.failures), report.queries, report.paths["expansions"],

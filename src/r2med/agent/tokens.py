@@ -14,9 +14,12 @@ count them. ``prompt_counter`` picks the most exact one there is: the local toke
 from __future__ import annotations
 
 import logging
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from r2med.errors import MissingResourceError
+
+if TYPE_CHECKING:
+    from r2med.http import Secret
 
 logger = logging.getLogger(__name__)
 
@@ -96,10 +99,11 @@ def server_root(base_url: str) -> str:
 class ServerTokenizer:
     """The server's tokenizer: ``POST /tokenize`` (vLLM ``{"model", "prompt", "add_special_tokens"}`` -> ``tokens``;
     llama.cpp ``{"content", "add_special"}`` -> ``tokens``) and ``POST /detokenize`` (``{"model", "tokens"}`` ->
-    vLLM ``prompt``, llama.cpp ``content``). One body carries both servers' field names."""
+    vLLM ``prompt``, llama.cpp ``content``). One body carries both servers' field names. ``secret``: the key of the
+    agent's completions (``AgentConfig.secret``): a server that checks one checks it here too."""
 
     def __init__(self, base_url: str, model: str, *, timeout: float = 60.0, max_retries: int = 2,
-                 api_key: str | None = None) -> None:
+                 secret: Secret | None = None) -> None:
         from r2med.http import JsonClient, RetryPolicy, Secret
         from r2med.http.rules import safe_url
 
@@ -107,7 +111,7 @@ class ServerTokenizer:
         self.model = model
         self.source = f"the server's /tokenize ({safe_url(self.root)})"
         # r2med's one HTTP stack: its deadline per attempt, retries and redaction
-        self._http = JsonClient(self.root, label="tokenize", secret=Secret(api_key), timeout=timeout,
+        self._http = JsonClient(self.root, label="tokenize", secret=secret or Secret(None), timeout=timeout,
                                 policy=RetryPolicy(max_retries=max_retries))
 
     def _post(self, path: str, body: dict[str, Any], parse: Any) -> Any:
@@ -171,14 +175,15 @@ def local_tokenizer(model: str) -> LocalTokenizer | None:
         return None
 
 
-def token_counter(model: str, base_url: str, *, api_key: str | None = None, timeout: float = 60.0,
+def token_counter(model: str, base_url: str, *, secret: Secret | None = None, timeout: float = 60.0,
                   max_retries: int = 2) -> TokenCounter:
-    """The model's local tokenizer, else the server's (with the agent's --timeout and --max-retries)."""
-    return local_tokenizer(model) or ServerTokenizer(base_url, model, api_key=api_key, timeout=timeout,
+    """The model's local tokenizer, else the server's (with the agent's --timeout, --max-retries and the key of its
+    completions: ``AgentConfig.secret``)."""
+    return local_tokenizer(model) or ServerTokenizer(base_url, model, secret=secret, timeout=timeout,
                                                      max_retries=max_retries)
 
 
-def prompt_counter(model: str, base_url: str, *, api_key: str | None = None, timeout: float = 60.0,
+def prompt_counter(model: str, base_url: str, *, secret: Secret | None = None, timeout: float = 60.0,
                    max_retries: int = 2, tokens: TokenCounter | None = None) -> TokenCounter | ByteBound:
     """What counts a prompt's tokens for the context budget: ``tokens`` (the protocol's tokenizer) when given, else
     the model's local tokenizer, else the server's ``/tokenize`` (tried once here), else ``ByteBound``."""
@@ -187,7 +192,7 @@ def prompt_counter(model: str, base_url: str, *, api_key: str | None = None, tim
     counter = tokens or local_tokenizer(model)
     if counter is not None:
         return counter
-    server = ServerTokenizer(base_url, model, api_key=api_key, timeout=timeout, max_retries=max_retries)
+    server = ServerTokenizer(base_url, model, secret=secret, timeout=timeout, max_retries=max_retries)
     try:
         server.count("r2med")
     except NoTokenizeEndpoint:

@@ -69,14 +69,15 @@ def cmd_agent(args: argparse.Namespace) -> int:
             print(f"{result.dataset}: protocol {agent.get('protocol')}, {agent['searches']} searches, {agent['llm_calls']} LLM calls "
                   f"({agent['cached_calls']} from the cache); stop reasons: {reasons}", file=sys.stderr)
     if not args.quiet:
-        from r2med.store.expansions import EXPANSION_FILE, expansion_dir
+        from r2med.store.expansions import EXPANSION_FILE, agent_folder_name, expansion_dir
 
         path = SystemPath.parse(where)
         settings = get_settings()
+        folder = agent_folder_name(str(path.llm), path.system)  # <llm>, or <llm>@<searcher>
         for result in results:
-            found = expansion_dir(settings, result.dataset, str(path.method), str(path.llm)) / EXPANSION_FILE
+            found = expansion_dir(settings, result.dataset, str(path.method), folder) / EXPANSION_FILE
             if found.is_file():
-                print(f"{result.dataset}: expansions {found} (r2med run --expansion {path.method}/{path.llm})",
+                print(f"{result.dataset}: expansions {found} (r2med run --expansion {path.method}/{folder})",
                       file=sys.stderr)
             else:  # a stored result reused under another R2MED_HOME
                 print(f"{result.dataset}: no expansion file at {found} (the stored ranking was reused; --force "

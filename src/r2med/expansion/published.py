@@ -34,7 +34,9 @@ logger = logging.getLogger(__name__)
 
 #: the methods the authors published expansions for (configs of the hub datasets)
 PUBLISHED_METHODS = method_names(published=True)
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+#: a part of ``--expansion METHOD/LLM``; ``@`` joins an agent's LLM and the searcher it used (``<llm>@<searcher>``:
+#: ``r2med.store.expansions.agent_folder_name``)
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+@-]*$")
 
 
 @dataclass(frozen=True)
@@ -66,8 +68,8 @@ class Expansions:
 def parse_expansion_spec(text: str) -> tuple[str, str]:
     """``"<method>/<llm>"`` -> ``(method, llm)``; UsageError naming the expected form otherwise.
 
-    >>> parse_expansion_spec("query2doc/qwen-72b/")
-    ('query2doc', 'qwen-72b')
+    >>> parse_expansion_spec("query2doc/qwen-72b/"), parse_expansion_spec("search-r1/qwen@server-10.0.0.5_80_retrieve")
+    (('query2doc', 'qwen-72b'), ('search-r1', 'qwen@server-10.0.0.5_80_retrieve'))
     """
     parts = [p for p in str(text).strip().strip("/").split("/") if p]
     if len(parts) != 2 or not all(_NAME.match(p) for p in parts):

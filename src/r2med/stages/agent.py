@@ -3,15 +3,17 @@
 Per dataset the agent searches the dataset's own corpus (or a ``knowledge`` corpus) with ``retriever`` and
 writes its official expansion file, trajectories and response cache under
 ``$R2MED_HOME/expansions/<Dataset>/<style>/<llm>/`` (so ``r2med run --expansion <style>/<llm>`` searches with its
-answers). The stage's run is the agent's own ranking (every document its searches returned, RRF over its
-searches), stored under ``agent/<style>/<llm>/<retriever>/`` with the trajectories beside it
-(``<Dataset>.trajectories.jsonl``). A judged query the agent never searched for counts as 0 (``judged_all``).
+answers); an agent that searches with anything but the default BM25 (another retriever, a retrieval server)
+writes to ``<llm>@<retriever>/`` instead (``agent_folder_name``), so agents of one LLM name that search
+differently never replace each other's files. The stage's run is the agent's own ranking (every document its
+searches returned, RRF over its searches), stored under ``agent/<style>/<llm>/<retriever>/`` with the trajectories
+beside it (``<Dataset>.trajectories.jsonl``). A judged query the agent never searched for counts as 0 (``judged_all``).
 
 The expansion folder is locked (``<folder>/.r2med.lock``) before anything in it is read or written: a second agent
-with the same LLM name and ``R2MED_HOME`` (whatever its ``--output``) is refused (exit 6) and changes nothing. The
-manifest of the stage's result records the digests of the folder's expansion file and trajectories: a stored result
-is reused only while they are what this run wrote (``stored_problem``), else it is made again (from the response
-cache: no answer is requested twice).
+with the same LLM name, searcher and ``R2MED_HOME`` (whatever its ``--output``) is refused (exit 6) and changes
+nothing. The manifest of the stage's result records the digests of the folder's expansion file and trajectories: a
+stored result is reused only while they are what this run wrote (``stored_problem``), else it is made again (from the
+response cache: no answer is requested twice).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from r2med.io.lock import DirectoryLock
 from r2med.retrievers.base import Retriever
 from r2med.settings import Settings, get_settings
 from r2med.stages.base import component_key
-from r2med.store.expansions import EXPANSION_FILE, expansion_dir, llm_dir_name
+from r2med.store.expansions import EXPANSION_FILE, agent_folder_name, expansion_dir, llm_dir_name
 from r2med.store.results import SystemPath
 from r2med.types import Run
 
@@ -81,13 +83,14 @@ class Agent:
 
             c = self.agent_config
             self._window = context_window(str(c.base_url), str(c.llm_model), given=c.context_length,
-                                          api_key=c.api_key(), timeout=c.timeout)
+                                          secret=None if c.context_length else c.secret(), timeout=c.timeout)
         assert self._window is not True
         return self._window
 
     def out_dir(self, dataset: Dataset) -> Path:
         """Where the agent's files for ``dataset`` go (the expansion folder ``r2med run --expansion`` reads)."""
-        return expansion_dir(self.settings, dataset.name, self.agent_config.style, self.llm)
+        return expansion_dir(self.settings, dataset.name, self.agent_config.style,
+                             agent_folder_name(self.llm, self.retriever.name))
 
     def _corpus(self, dataset: Dataset) -> tuple[Dataset, str]:
         if self.knowledge is not None:

@@ -4,7 +4,8 @@ The official layout puts an LLM's expansions of a dataset at ``<dataset dir>/<me
 (rows ``{"id", "text", "hy_doc", ...}``). ``r2med expand`` and ``r2med agent`` write theirs in the same format at
 ``<R2MED_HOME>/expansions/<Dataset>/<method>/<llm>/`` (:func:`expansion_dir`), where ``r2med run --expansion
 <method>/<llm>`` and the HTML report find them. ``<llm>`` is a folder name: a model id becomes one with
-:func:`llm_dir_name` first (``Qwen/Qwen2.5-7B`` -> ``Qwen_Qwen2.5-7B``).
+:func:`llm_dir_name` first (``Qwen/Qwen2.5-7B`` -> ``Qwen_Qwen2.5-7B``); an agent that searched with anything but
+the default BM25 adds its searcher (``<llm>@<searcher>``, :func:`agent_folder_name`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,26 @@ def llm_dir_name(name: str) -> str:
     if not safe:
         raise UsageError(f"LLM name {name!r} has no usable characters for a directory name; pass --llm-name")
     return check_name(safe, what=f"the folder name of LLM {name[:60]!r}", fix="pass a shorter --llm-name")
+
+
+#: the searcher of an agent whose expansion folder is the LLM's name alone (``r2med agent``'s default, ``--search-with
+#: bm25``: the folders r2med has always written)
+DEFAULT_SEARCHER = "bm25"
+
+
+def agent_folder_name(llm: str, searcher: str) -> str:
+    """The expansion folder name of an agent that ran LLM folder ``llm`` (:func:`llm_dir_name`'s) and searched with
+    ``searcher`` (its system name: the retriever's, or a retrieval server's ``server-HOST_PORT_PATH``): ``llm`` for
+    the default BM25, else ``<llm>@<searcher>``. One folder per searcher: two agents of one LLM name that search
+    differently never replace each other's files (``@`` is never in an LLM folder name, so no two pairs meet).
+
+    >>> agent_folder_name("qwen", "bm25"), agent_folder_name("qwen", "server-10.0.0.5_8000_retrieve")
+    ('qwen', 'qwen@server-10.0.0.5_8000_retrieve')
+    """
+    if searcher == DEFAULT_SEARCHER:
+        return llm
+    return check_name(f"{llm}@{searcher}", what=f"the expansion folder of LLM {llm[:60]!r} searching with "
+                      f"{searcher[:60]!r}", fix="pass a shorter --llm-name")
 
 
 def expansions_root(settings: Settings, dataset: str) -> Path:
