@@ -26,7 +26,9 @@ method (any method, with ``Allow``), 408 a body that has not arrived ``body_time
 headers, 503 more than ``max_connections`` connections, 500 a failed search. Unknown fields are ignored (as
 pydantic does) and the Content-Type is not checked (``curl -d`` says form data). Searches run in worker threads,
 ``max_searches`` at a time (the searcher itself searches one batch at a time), so the event loop goes on
-answering; a request's repeated query texts are searched once (and answered each time).
+answering; a request's repeated query texts are searched once (and answered each time). An answer is streamed
+(:mod:`r2med.agent.retrieve_stream`): its hits held as arrays, its JSON made 64 KiB at a time as the connection takes
+it, its length sent first (Content-Length), so a client that does not read holds about half a megabyte.
 """
 
 from __future__ import annotations
@@ -50,8 +52,8 @@ from r2med.agent.retrieve_api import (
     ResponseBound,
     decode_body,
     parse_request,
-    retrieve,
 )
+from r2med.agent.retrieve_stream import CorpusEntries, StreamedAnswer, search_hits
 from r2med.agent.search import CorpusSearcher
 from r2med.errors import MissingExtraError, ProviderError, UsageError
 
@@ -199,7 +201,8 @@ class _App:
         from starlette.routing import Route
 
         self.server = server
-        self.bound = ResponseBound(server.searcher.documents, server.max_top_k)
+        self.entries = CorpusEntries(server.searcher.documents)
+        self.bound = ResponseBound(server.searcher.documents, server.max_top_k, self.entries.sizes)
         self._limiter: Any = None  # an anyio.CapacityLimiter, made on the event loop
         routes = [Route("/retrieve", self._retrieve, methods=list(ROUTES["/retrieve"])),
                   Route("/health", self._health, methods=list(ROUTES["/health"]))]
@@ -265,12 +268,17 @@ class _App:
         except Exception as exc:  # a failed search: the server goes on
             logger.exception("POST /retrieve failed")
             return await self._answer(request, 500, {"error": f"the search failed: {type(exc).__name__}: {exc}"})
-        return await self._answer(request, 200, answer)
+        from starlette.responses import StreamingResponse
 
-    def _search(self, queries: list[str], topk: int, return_scores: bool) -> bytes:
-        """The encoded answer (in a worker thread: the search and the JSON are CPU work)."""
-        answer = retrieve(self.server.searcher, queries, topk, return_scores)
-        return json.dumps(answer, ensure_ascii=False).encode("utf-8")
+        # streamed: each piece is made (in a worker thread) when the connection has taken the one before, so a client
+        # that does not read holds a piece and the hits, not the answer (r2med.agent.retrieve_stream)
+        return StreamingResponse(answer.chunks(), status_code=200, headers={"Content-Length": str(answer.length)},
+                                 media_type="application/json")
+
+    def _search(self, queries: list[str], topk: int, return_scores: bool) -> StreamedAnswer:
+        """The answer, searched and measured (in a worker thread: CPU work); its bytes are made as they are sent."""
+        hits = search_hits(self.server.searcher, self.entries, queries, topk)
+        return StreamedAnswer(self.entries, hits, return_scores)
 
 
 class RetrievalServer:
