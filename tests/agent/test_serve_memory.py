@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -147,3 +148,46 @@ def test_clients_that_never_read_hold_little_memory(tmp_path):
         proc.terminate()
         proc.wait(60)
     assert "Traceback" not in "".join(lines)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("holding", ["a body still arriving", "an answer not read"])
+def test_sigterm_during_a_request_stops_with_one_line_and_exit_0(tmp_path, holding):
+    """Issue 35 #13c: SIGTERM while a request is in progress (its body dripping, or its answer unread) wrote uvicorn's
+    CancelledError traceback once the 10 s grace ran out. Now: one line, "stopped serving", exit 0."""
+    import signal
+
+    pytest.importorskip("uvicorn", reason="r2med serve needs the serve extra")
+    env = {**os.environ, "R2MED_HOME": str(tmp_path / "home"), "HF_HUB_OFFLINE": "1",
+           "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")])}
+    data = tmp_path / "sample"
+    subprocess.run([sys.executable, "-m", "r2med.cli", "datasets", "sample", str(data)], env=env, check=True,
+                   capture_output=True)
+    proc = subprocess.Popen([sys.executable, "-m", "r2med.cli", "serve", "--data-dir", str(data), "--port", "0"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        lines = []
+        for line in proc.stderr:
+            lines.append(line)
+            if "r2med: serving" in line:
+                break
+        port = int(re.search(r":(\d+)/retrieve", "".join(lines)).group(1))
+        texts = [json.loads(line)["text"] for line in (data / "scifact-sample" / "query.jsonl").read_text().splitlines()]
+        body = json.dumps({"queries": texts[:13], "topk": TOPK, "return_scores": True}).encode()
+        head = b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body)
+        with socket.create_connection(("127.0.0.1", port), timeout=120) as sock:
+            if holding == "a body still arriving":
+                sock.sendall(head + body[:10])
+                time.sleep(0.5)  # the server reads the body (its deadline, --body-timeout, is 30 s)
+            else:
+                sock.sendall(head + body)
+                assert sock.recv(1, socket.MSG_PEEK) == b"H"  # the answer has started and waits to be read
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=120) == 0
+        rest = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert rest == ("stopping: 1 request(s) still in progress after the 10 s grace were cut off\n"
+                    "r2med: stopped serving\n")

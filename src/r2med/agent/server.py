@@ -192,6 +192,26 @@ class _Body:
             pass
 
 
+class _ShutdownLog(logging.Filter):
+    """uvicorn's words for the requests it cuts off at shutdown (their tasks cancelled once the grace has run out),
+    as one line: its "Cancel N running task(s)" said in r2med's words, the CancelledError traceback of each cut-off
+    request ("Exception in ASGI application") left out. Every other record passes as it is."""
+
+    def __init__(self, config: Any) -> None:
+        super().__init__("uvicorn.error")
+        self.config = config
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg == "Exception in ASGI application\n" and record.exc_info \
+                and isinstance(record.exc_info[1], asyncio.CancelledError):
+            return False
+        if isinstance(record.msg, str) and record.msg.startswith("Cancel %s running task(s)"):
+            record.msg = "stopping: %s request(s) still in progress after the %g s grace were cut off"
+            record.args = (record.args[0] if record.args else "?", self.config.timeout_graceful_shutdown)
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
 class _App:
     """The ASGI application: Starlette's routing over :class:`RetrievalServer`'s two endpoints, every answer JSON."""
 
@@ -399,7 +419,12 @@ class RetrievalServer:
 
     def _run(self, server: Any) -> None:
         assert self._socket is not None
-        asyncio.run(server.serve(sockets=[self._socket]))
+        uvicorn_log, quiet = logging.getLogger("uvicorn.error"), _ShutdownLog(server.config)
+        uvicorn_log.addFilter(quiet)  # a request cut off at shutdown: one line, not a traceback
+        try:
+            asyncio.run(server.serve(sockets=[self._socket]))
+        finally:
+            uvicorn_log.removeFilter(quiet)
 
     def serve_forever(self) -> None:
         """Serve in this thread until :meth:`stop` (from another thread) or an interrupt (Ctrl-C, and SIGTERM in
