@@ -28,7 +28,7 @@ from r2med.expansion.methods import check_composition
 from r2med.expansion.options import ExpansionOptions
 from r2med.io.names import check_name
 from r2med.options import check_keys, from_table, option, options_of, values_from_table
-from r2med.retrievers.registry import RetrieverOptions, RetrieverSpec, check_distinct, family_of
+from r2med.retrievers.registry import RetrieverOptions, RetrieverSpec, check_distinct, check_known, family_of
 from r2med.stages.rerank import RerankStageOptions
 
 if TYPE_CHECKING:
@@ -169,6 +169,7 @@ def _retriever(entry: Any, where: str) -> RetrieverSpec:
     name = _named(entry, where, '"bm25" or a dense model name/path')
     try:
         family = family_of(name)
+        check_known(RetrieverSpec(name))
     except UsageError as exc:
         raise InvalidInputError(f"{where}: {exc}") from None
     common = values_from_table(RetrieverOptions, {k: v for k, v in entry.items() if k == "identical_ids"}, where)
@@ -229,6 +230,10 @@ def _agent(table: dict[str, Any], where: str, base: Path) -> AgentSpec:
         search = RetrieverSpec.parse(search_with, where=f"{where} search_with {search_with!r}")
     except UsageError as exc:
         raise InvalidInputError(str(exc)) from None
+    try:
+        check_known(search)
+    except UsageError as exc:
+        raise InvalidInputError(f"{where}: search_with {search_with!r}: {exc} (or a retrieval server's http(s) URL)") from None
     return AgentSpec(config, search, knowledge)
 
 

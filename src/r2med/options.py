@@ -105,6 +105,8 @@ class Option:
             (item,) = get_args(base)
             if not isinstance(value, list) or not all(_fits(v, item) for v in value):
                 raise InvalidInputError(f"{where}: {key} must be a {self.type_name()}, got {value!r}")
+            if item is float and not all(math.isfinite(v) for v in value):  # as a single number must be
+                raise InvalidInputError(f"{where}: {key} must be a list of finite numbers, got {value!r}")
             return [self._range(float(v) if item is float else v, where, key, v) for v in value]
         if not _fits(value, base):
             hint = ""

@@ -7,6 +7,7 @@
 - ``loop``: the concurrent, resumable agent loop (``run_agent``);
 - ``outputs``: the report, the answer of a trajectory, the agent's ranking, the expansion rows;
 - ``retrieve_api``: Search-R1's ``/retrieve`` request checked and answered (pure data);
+- ``retrieve_stream``: a ``/retrieve`` answer in bounded memory (hits as arrays, the JSON made as it is sent);
 - ``server``: ``r2med serve``, the HTTP server for it over an r2med searcher.
 
 Importing this package imports nothing heavy.

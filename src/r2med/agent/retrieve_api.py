@@ -12,7 +12,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from r2med.agent.search import CorpusSearcher, search_r1_contents
@@ -138,8 +138,11 @@ class ResponseBound:
     each time: the answer repeats its list). Only the ``max_top_k`` largest entries are kept.
     """
 
-    def __init__(self, documents: dict[str, str], max_top_k: int) -> None:
-        largest = heapq.nlargest(max_top_k, (entry_bytes(docid, text) for docid, text in documents.items()))
+    def __init__(self, documents: dict[str, str], max_top_k: int, sizes: Iterable[int] | None = None) -> None:
+        """``sizes``: each document's JSON id and contents in bytes, where known (``CorpusEntries.sizes``)."""
+        each = ((size + ENTRY_OVERHEAD for size in sizes) if sizes is not None
+                else (entry_bytes(docid, text) for docid, text in documents.items()))
+        largest = heapq.nlargest(max_top_k, each)
         self._prefix = [0, *itertools.accumulate(largest)]  # _prefix[k]: the k largest entries together
 
     def query_bytes(self, topk: int) -> int:

@@ -26,7 +26,9 @@ method (any method, with ``Allow``), 408 a body that has not arrived ``body_time
 headers, 503 more than ``max_connections`` connections, 500 a failed search. Unknown fields are ignored (as
 pydantic does) and the Content-Type is not checked (``curl -d`` says form data). Searches run in worker threads,
 ``max_searches`` at a time (the searcher itself searches one batch at a time), so the event loop goes on
-answering; a request's repeated query texts are searched once (and answered each time).
+answering; a request's repeated query texts are searched once (and answered each time). An answer is streamed
+(:mod:`r2med.agent.retrieve_stream`): its hits held as arrays, its JSON made 64 KiB at a time as the connection takes
+it, its length sent first (Content-Length), so a client that does not read holds about half a megabyte.
 """
 
 from __future__ import annotations
@@ -50,8 +52,8 @@ from r2med.agent.retrieve_api import (
     ResponseBound,
     decode_body,
     parse_request,
-    retrieve,
 )
+from r2med.agent.retrieve_stream import CorpusEntries, StreamedAnswer, search_hits
 from r2med.agent.search import CorpusSearcher
 from r2med.errors import MissingExtraError, ProviderError, UsageError
 
@@ -190,6 +192,26 @@ class _Body:
             pass
 
 
+class _ShutdownLog(logging.Filter):
+    """uvicorn's words for the requests it cuts off at shutdown (their tasks cancelled once the grace has run out),
+    as one line: its "Cancel N running task(s)" said in r2med's words, the CancelledError traceback of each cut-off
+    request ("Exception in ASGI application") left out. Every other record passes as it is."""
+
+    def __init__(self, config: Any) -> None:
+        super().__init__("uvicorn.error")
+        self.config = config
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg == "Exception in ASGI application\n" and record.exc_info \
+                and isinstance(record.exc_info[1], asyncio.CancelledError):
+            return False
+        if isinstance(record.msg, str) and record.msg.startswith("Cancel %s running task(s)"):
+            record.msg = "stopping: %s request(s) still in progress after the %g s grace were cut off"
+            record.args = (record.args[0] if record.args else "?", self.config.timeout_graceful_shutdown)
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
 class _App:
     """The ASGI application: Starlette's routing over :class:`RetrievalServer`'s two endpoints, every answer JSON."""
 
@@ -199,7 +221,8 @@ class _App:
         from starlette.routing import Route
 
         self.server = server
-        self.bound = ResponseBound(server.searcher.documents, server.max_top_k)
+        self.entries = CorpusEntries(server.searcher.documents)
+        self.bound = ResponseBound(server.searcher.documents, server.max_top_k, self.entries.sizes)
         self._limiter: Any = None  # an anyio.CapacityLimiter, made on the event loop
         routes = [Route("/retrieve", self._retrieve, methods=list(ROUTES["/retrieve"])),
                   Route("/health", self._health, methods=list(ROUTES["/health"]))]
@@ -265,12 +288,17 @@ class _App:
         except Exception as exc:  # a failed search: the server goes on
             logger.exception("POST /retrieve failed")
             return await self._answer(request, 500, {"error": f"the search failed: {type(exc).__name__}: {exc}"})
-        return await self._answer(request, 200, answer)
+        from starlette.responses import StreamingResponse
 
-    def _search(self, queries: list[str], topk: int, return_scores: bool) -> bytes:
-        """The encoded answer (in a worker thread: the search and the JSON are CPU work)."""
-        answer = retrieve(self.server.searcher, queries, topk, return_scores)
-        return json.dumps(answer, ensure_ascii=False).encode("utf-8")
+        # streamed: each piece is made (in a worker thread) when the connection has taken the one before, so a client
+        # that does not read holds a piece and the hits, not the answer (r2med.agent.retrieve_stream)
+        return StreamingResponse(answer.chunks(), status_code=200, headers={"Content-Length": str(answer.length)},
+                                 media_type="application/json")
+
+    def _search(self, queries: list[str], topk: int, return_scores: bool) -> StreamedAnswer:
+        """The answer, searched and measured (in a worker thread: CPU work); its bytes are made as they are sent."""
+        hits = search_hits(self.server.searcher, self.entries, queries, topk)
+        return StreamedAnswer(self.entries, hits, return_scores)
 
 
 class RetrievalServer:
@@ -391,7 +419,12 @@ class RetrievalServer:
 
     def _run(self, server: Any) -> None:
         assert self._socket is not None
-        asyncio.run(server.serve(sockets=[self._socket]))
+        uvicorn_log, quiet = logging.getLogger("uvicorn.error"), _ShutdownLog(server.config)
+        uvicorn_log.addFilter(quiet)  # a request cut off at shutdown: one line, not a traceback
+        try:
+            asyncio.run(server.serve(sockets=[self._socket]))
+        finally:
+            uvicorn_log.removeFilter(quiet)
 
     def serve_forever(self) -> None:
         """Serve in this thread until :meth:`stop` (from another thread) or an interrupt (Ctrl-C, and SIGTERM in

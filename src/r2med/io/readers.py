@@ -16,6 +16,7 @@ from typing import Any
 from r2med.errors import MissingResourceError
 from r2med.io.ids import check_id
 from r2med.io.jsonsafe import JSONLimitError, loads
+from r2med.io.numbers import NumberError, parse_integer
 from r2med.io.problems import Problems
 
 
@@ -48,13 +49,16 @@ RELEVANCE_LIMIT = 2**31
 
 
 def coerce_relevance(value: Any, *, path: str, line: int, problems: Problems) -> int | None:
-    """A relevance grade as an int (the official loader does ``int(score)``), within 32 bits.
+    """A relevance grade as an int, within 32 bits; text in trec_eval's grammar (it reads a grade with C ``atol``:
+    :func:`r2med.io.numbers.parse_integer`, ASCII digits only, so ``1_0`` or ``١``, which ``int()`` reads, are refused).
 
     >>> p = Problems()
     >>> coerce_relevance("2", path="q", line=1, problems=p), coerce_relevance(1.0, path="q", line=2, problems=p)
     (2, 1)
     >>> coerce_relevance(0.5, path="q", line=3, problems=p), p.errors
     (None, ['q:3: relevance must be an integer, got 0.5'])
+    >>> coerce_relevance("1_0", path="q", line=4, problems=p), p.errors[-1]
+    (None, "q:4: relevance must be an integer, got '1_0' (it holds '_'; write ASCII digits with an optional sign, e.g. 0, 1, 2)")
     """
     grade: int | None = None
     if isinstance(value, bool):
@@ -64,13 +68,14 @@ def coerce_relevance(value: Any, *, path: str, line: int, problems: Problems) ->
     elif isinstance(value, float) and value.is_integer():
         grade = int(value)
     elif isinstance(value, str):
-        text = value.strip()
+        digits = value.strip(" \t\n\v\f\r").lstrip("+-").lstrip("0")
+        if len(digits) > 12 and digits.isascii() and digits.isdigit():  # far past 32 bits (and maybe int()'s limit)
+            return _too_big(f"{digits[:10]}...{digits[-10:]} ({len(digits)} digits)", path, line, problems)
         try:
-            grade = int(text)
-        except ValueError:
-            if text.lstrip("+-").isdigit():  # past Python's digit limit: far past 32 bits
-                digits = text.lstrip("+-")
-                return _too_big(f"{text[:10]}...{text[-10:]} ({len(digits)} digits)", path, line, problems)
+            grade = parse_integer(value)
+        except NumberError as exc:
+            problems.error(path, line, f"relevance must be an integer, got {value!r:.60} ({exc.hint})")
+            return None
     if grade is None:
         problems.error(path, line, f"relevance must be an integer, got {value!r:.60}")
         return None

@@ -354,6 +354,20 @@ FAMILIES: tuple[RetrieverFamily, ...] = (
 )
 
 
+def check_known(spec: RetrieverSpec) -> None:
+    """UsageError naming the valid retrievers (as building it would) when no family can build ``spec``: a name that is
+    no fixed name, zoo model, model directory, path or hub id. Looks nothing up and loads nothing, so that a pipeline
+    file's unknown name is found (and reported as the file's) before any work."""
+    if spec.encoder is not None or spec.family().name != "dense":
+        return
+    from r2med.retrievers.dense.zoo import _HF_ID, _is_path_like, model_registry
+
+    text = spec.name.strip()
+    if text in model_registry() or _is_path_like(text) or Path(text).expanduser().exists() or _HF_ID.fullmatch(text):
+        return
+    _resolve_zoo(text, DenseOptions())  # raises the UsageError building it raises (the valid names, a suggestion)
+
+
 def family_of(name: str) -> RetrieverFamily:
     """The family of the retriever called ``name`` (not a Python model)."""
     return RetrieverSpec(name).family()

@@ -12,25 +12,27 @@ from typing import IO
 from r2med.errors import InvalidInputError, MissingResourceError, UsageError
 from r2med.io.atomic import write_atomic
 from r2med.io.ids import check_id, id_problem
+from r2med.io.numbers import NumberError, check_finite, parse_score
 from r2med.io.problems import Problems
 from r2med.io.readers import HashingLines, coerce_id, iter_jsonl
 from r2med.types import Run
 
 
 def _score(value: object, *, path: str, line: int, problems: Problems) -> float | None:
+    """A finite score: a JSON number, or text in trec_eval's grammar (:func:`r2med.io.numbers.parse_score`)."""
     try:
-        score = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        problems.error(path, line, f"score {value!r} is not a number")
-        return None
-    if math.isnan(score):
-        problems.error(path, line, f"score {value!r} is NaN; every score must be a finite number (fix or drop the line)")
-        return None
-    if math.isinf(score):
-        problems.error(path, line, f"score {value!r} is infinite; every score must be a finite number "
-                                   "(normalisation and fusion of an infinite score give NaN): fix or drop the line")
-        return None
-    return score
+        if isinstance(value, str):
+            return parse_score(value)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            kind = "a JSON boolean" if isinstance(value, bool) else f"a {type(value).__name__}"
+            problems.error(path, line, f"score {value!r:.60} is not a number ({kind}); write the score as a JSON number")
+            return None
+        return check_finite(float(value), value)
+    except OverflowError:  # an integer past a double
+        problems.error(path, line, f"score {str(value)[:20]}... does not fit in a double; every score must be a finite number")
+    except NumberError as exc:
+        problems.error(path, line, f"score {exc}")
+    return None
 
 
 def _add(run: Run, qid: str, did: str, score: float, *, path: str, line: int, problems: Problems) -> None:
@@ -96,7 +98,8 @@ def read_run(path: Path) -> Run:
     """Read a TREC run or a top-k JSONL (detected from the content); InvalidInputError lists every bad line.
 
     Every id passes the id rule (:mod:`r2med.io.ids`) and every score must be a finite number (NaN and
-    infinity are rejected with file:line). The rank column of a TREC run is not used: the ranking is the
+    infinity are rejected with file:line) written as trec_eval reads it (:mod:`r2med.io.numbers`: C ``strtod``'s
+    grammar, ASCII only, so ``0_9`` or Arabic-Indic digits, which Python's ``float()`` reads, are refused). The rank column of a TREC run is not used: the ranking is the
     scores' (:meth:`Run.ranked`), as trec_eval reads it.
     """
     path = Path(path)
