@@ -16,10 +16,11 @@ where noted as an adaptation to medical retrieval (``README``: "Agentic search")
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
+
+from r2med.llm.reasoning import first_pair
 
 # --------------------------------------------------------------------------------------------- Search-R1
 
@@ -58,10 +59,10 @@ def r1_eval_response(text: str) -> str:
     >>> r1_eval_response("<answer> A </answer> more <search> q </search> x"), r1_eval_response("<answer>B</answer>z")
     ('<answer> A </answer> more <search> q </search>', '<answer>B</answer>')
     """
-    if "</search>" in text:
-        return text.split("</search>")[0] + "</search>"
-    if "</answer>" in text:
-        return text.split("</answer>")[0] + "</answer>"
+    for tag in ("</search>", "</answer>"):  # text.split(tag)[0] + tag, without the list of every piece
+        at = text.find(tag)
+        if at >= 0:
+            return text[:at] + tag
     return text
 
 
@@ -72,8 +73,18 @@ def r1_eval_action(response: str) -> tuple[str | None, str]:
     >>> r1_eval_action("<think>x</think><search> a b </search>"), r1_eval_action("no tags")
     (('search', 'a b'), (None, ''))
     """
-    match = re.search(r"<(search|answer)>(.*?)</\1>", response, re.DOTALL)
-    return (match.group(1), match.group(2).strip()) if match else (None, "")
+    # re.search(r"<(search|answer)>(.*?)</\1>", response, re.DOTALL), in linear time: of each tag, the first opening
+    # with a closing after it is the only candidate (none after the first: none after a later one); the earlier wins
+    found = []
+    for tag in ("search", "answer"):
+        at = response.find(f"<{tag}>")
+        close = response.find(f"</{tag}>", at + len(tag) + 2) if at >= 0 else -1
+        if close >= 0:
+            found.append((at, tag, response[at + len(tag) + 2:close]))
+    if not found:
+        return None, ""
+    _, tag, content = min(found)
+    return tag, content.strip()
 
 
 def r1_infer_query(text: str) -> str | None:
@@ -82,8 +93,7 @@ def r1_infer_query(text: str) -> str | None:
     >>> r1_infer_query("<search> query </search> ... <search> b </search>")
     ' b '
     """
-    found = re.findall(r"<search>(.*?)</search>", text, flags=re.DOTALL)
-    return found[-1] if found else None
+    return _last_pair(text, "<search>", "</search>")  # re.findall(r"<search>(.*?)</search>", text, re.DOTALL)[-1]
 
 
 def r1_prompt(question: str) -> str:
@@ -275,9 +285,9 @@ def o1_condensed(output: str) -> str:
     """
     info, steps = "\n**Final Information**", "\n**Modified Reasoning Steps**"
     if info in output:
-        return output.split(info)[-1].replace("\n", "").strip("`").strip()
+        return output[output.rfind(info) + len(info):].replace("\n", "").strip("`").strip()
     if steps in output:
-        return output.split(steps)[-1].strip("`").strip()
+        return output[output.rfind(steps) + len(steps):].strip("`").strip()
     return O1_NOTHING_FOUND
 
 
@@ -290,8 +300,26 @@ def o1_result_block(analysis: str) -> str:
 
 def last_between(text: str, start: str, end: str) -> str | None:
     """The stripped content of the last ``start...end`` pair (Search-o1's ``extract_between``), or None."""
-    found = re.findall(re.escape(start) + r"(.*?)" + re.escape(end), text, flags=re.DOTALL)
-    return found[-1].strip() if found else None
+    found = _last_pair(text, start, end)
+    return found.strip() if found is not None else None
+
+
+def _last_pair(text: str, start: str, end: str) -> str | None:
+    """The last of ``re.findall(re.escape(start) + "(.*?)" + re.escape(end), text, re.DOTALL)``, unstripped (None:
+    none), in linear time and memory (the regex backtracks over every unclosed ``start``; findall lists them all).
+
+    >>> _last_pair("<s>a</s> <s>b</s> <s>c", "<s>", "</s>"), _last_pair("<s>open", "<s>", "</s>")
+    ('b', None)
+    """
+    last = None
+    at = text.find(start)
+    while at >= 0:
+        close = text.find(end, at + len(start))
+        if close < 0:
+            break
+        last = (at + len(start), close)
+        at = text.find(start, close + len(end))
+    return text[last[0]:last[1]] if last is not None else None
 
 
 def first_between(text: str, start: str, end: str) -> str | None:
@@ -300,8 +328,8 @@ def first_between(text: str, start: str, end: str) -> str | None:
     >>> first_between("<answer> A </answer><answer>B</answer>", "<answer>", "</answer>")
     'A'
     """
-    found = re.search(re.escape(start) + r"(.*?)" + re.escape(end), text, flags=re.DOTALL)
-    return found.group(1).strip() if found else None
+    found = first_pair(text, start, end)  # re.search(re.escape(start) + "(.*?)" + re.escape(end), ...), linear
+    return found.strip() if found is not None else None
 
 
 def opens_unclosed(text: str, start: str, end: str) -> bool:

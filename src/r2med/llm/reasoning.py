@@ -37,10 +37,12 @@ _SKY_THOUGHT = ("<|begin_of_thought|>", "<|end_of_thought|>")
 _SKY_SOLUTION = ("<|begin_of_solution|>", "<|end_of_solution|>")
 _ANSWER_OPEN, _ANSWER_CLOSE = "<answer>", "</answer>"
 
-# The official regexes (R2MED/R2MED src/base.py, split_response_for_r1), used verbatim by authors_answer.
+# The official regexes (R2MED/R2MED src/base.py, split_response_for_r1). authors_answer uses the first verbatim and
+# finds what the other two find with str.find, in linear time (re.search of a lazy ".*?" between two tags backtracks
+# over every opening tag: quadratic on an output of many opening tags and no closing one); tests compare the two.
 _AUTHORS_HUATUO = re.compile(r"Final Response\s*(.*)", re.DOTALL)
-_AUTHORS_SKY = re.compile(r"<\|begin_of_solution\|>\s*([\s\S]*?)\s*<\|end_of_solution\|>")
-_AUTHORS_SEARCH_R1 = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+AUTHORS_SKY = re.compile(r"<\|begin_of_solution\|>\s*([\s\S]*?)\s*<\|end_of_solution\|>")
+AUTHORS_SEARCH_R1 = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 
 # What may sit between "Final Response" and the answer: "## Final Response:", "**Final Response:**", "**Final Response**".
 _AFTER_FINAL = re.compile(r"^(?:\s*:\s*\*\*|\s*\*\*\s*:|\s*:|\*\*(?=\s))?\s*")
@@ -228,13 +230,24 @@ def authors_answer(text: str, *, style: str) -> str:
     if style == "huatuo":
         match = _AUTHORS_HUATUO.search(text)
         return match.group(1).strip() if match else text
-    if style == "sky-t1":
-        match = _AUTHORS_SKY.search(text)
-        return match.group(1).strip() if match else text
-    if style == "search-r1":
-        found = _AUTHORS_SEARCH_R1.findall(text)
-        return found[0].strip() if found else text
+    if style in ("sky-t1", "search-r1"):  # AUTHORS_SKY.search / AUTHORS_SEARCH_R1.findall(text)[0], then stripped
+        start, end = _SKY_SOLUTION if style == "sky-t1" else (_ANSWER_OPEN, _ANSWER_CLOSE)
+        found = first_pair(text, start, end)
+        return found.strip() if found is not None else text
     return text
+
+
+def first_pair(text: str, start: str, end: str) -> str | None:
+    """What lies between the first ``start`` and the first ``end`` after it, unstripped (None: no such pair): group 1
+    of ``re.search(re.escape(start) + "(.*?)" + re.escape(end), text, re.DOTALL)``, in linear time (when the first
+    ``start`` has no ``end`` after it, no later one has).
+
+    >>> first_pair("<a> x <a> y </a> z </a>", "<a>", "</a>"), first_pair("<a> open", "<a>", "</a>")
+    (' x <a> y ', None)
+    """
+    at = text.find(start)
+    close = text.find(end, at + len(start)) if at >= 0 else -1
+    return text[at + len(start):close] if close >= 0 else None
 
 
 def choose_answer(parsed: ParsedOutput, *, fallback: str, policy: str = "fallback") -> tuple[str, bool]:

@@ -84,11 +84,29 @@ def read_top_logprobs(logprobs: Any) -> tuple[dict[str, float], ...] | None:
     for row in rows:
         position: dict[str, float] = {}
         for token, value in row:
-            if (isinstance(token, str) and isinstance(value, (int, float)) and not isinstance(value, bool)
-                    and math.isfinite(value)):
-                position[token] = max(float(value), position.get(token, -math.inf))
+            number = finite_number(value)
+            if isinstance(token, str) and number is not None:
+                position[token] = max(number, position.get(token, -math.inf))
         out.append(position)
     return tuple(out)
+
+
+def finite_number(value: Any) -> float | None:
+    """``value`` as a float when it is an int or float (not a bool) of finite value, else None; never raises (an int
+    beyond float's range, as JSON may carry one, is None).
+
+    >>> finite_number(-0.5), finite_number(3), finite_number(10**400), finite_number(float("nan")), finite_number("1")
+    (-0.5, 3.0, None, None, None)
+    """
+    import math
+
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 @dataclass

@@ -27,6 +27,7 @@ from r2med.errors import UsageError
 from r2med.io.aio import run_sync
 from r2med.llm.cache import ResponseCache
 from r2med.llm.client import ChatClient, ChatResult, SamplingParams, request_key
+from r2med.llm.requests import finite_number
 from r2med.packaged import read_text
 
 logger = logging.getLogger(__name__)
@@ -50,18 +51,26 @@ def fact(reranker: str, name: str) -> Any:
 
 def two_way(top: Mapping[str, float], first: str, second: str, *, missing: float | None = None) -> float | None:
     """``exp(a) / (exp(a) + exp(b))`` for the log-probabilities ``a``, ``b`` of tokens ``first`` and ``second`` in
-    ``top``; a token not there counts as ``missing`` (None: no score then). Computed as a logistic of ``a - b``.
+    ``top``; a token not there, or whose value is not a finite number, counts as ``missing`` (None: no score then).
+    Computed as a logistic of ``a - b``.
 
     >>> round(two_way({" true": math.log(0.6), " false": math.log(0.2)}, " true", " false"), 6)
     0.75
     >>> two_way({" true": -0.1}, " true", " false") is None, round(two_way({"yes": -10.0}, "yes", "no", missing=-10), 2)
     (True, 0.5)
     """
-    a, b = top.get(first, missing), top.get(second, missing)
+    a, b = _logprob(top, first, missing), _logprob(top, second, missing)
     if a is None or b is None:
         return None
-    diff = float(b) - float(a)
+    diff = b - a
     return 1.0 / (1.0 + math.exp(diff)) if diff < 700 else 0.0
+
+
+def _logprob(top: Any, token: str, missing: float | None) -> float | None:
+    """``top[token]`` when it is a finite number, else ``missing`` (the rule of ``read_top_logprobs``): a response
+    cache line edited by hand, or a ``top`` that is not a mapping, never raises here."""
+    number = finite_number(top.get(token)) if isinstance(top, Mapping) else None
+    return missing if number is None else number
 
 
 @dataclass(frozen=True)

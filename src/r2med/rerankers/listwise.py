@@ -337,6 +337,13 @@ class ListwiseReranker:
         if report is not None:
             entry.update(source=report.source, clean=report.clean, duplicates=list(report.duplicates),
                          out_of_range=list(report.out_of_range), missing=list(report.missing))
+            # the report lists the first PermutationReport.SAMPLE of each; the counts say how many there were
+            if report.duplicate_count > len(report.duplicates):
+                entry["duplicate_count"] = report.duplicate_count
+            if report.out_of_range_count > len(report.out_of_range):
+                entry["out_of_range_count"] = report.out_of_range_count
+            if report.unreadable:
+                entry["unreadable"] = report.unreadable
         if record is not None:
             entry.update(finish_reason=record.get("finish_reason"), reasoning=trace, answer=answer)
         if error is not None:
@@ -355,4 +362,11 @@ class ListwiseReranker:
         if repaired:
             logger.warning("%s: %d of %d window answers were not a clean permutation (repeats, unknown or missing "
                            "identifiers, no answer); see the window log", self.name, repaired, windows)
+        unparsable = [e for e in log if e.get("source") == "unparsable"]
+        if unparsable:
+            first = unparsable[0]
+            logger.warning("%s: %d of %d window answers hold a number Python's int() refuses (first: %r, query %s, "
+                           "window %d-%d); those windows keep their order, as the authors' code does", self.name,
+                           len(unparsable), windows, first.get("unreadable", ""), first["qid"], first["window"][0] + 1,
+                           first["window"][1])
         return stats

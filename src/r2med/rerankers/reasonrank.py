@@ -22,9 +22,10 @@ from the model's ``generation_config.json``.
 
 The answer (``reasonrank_permutation``): ``<think>.*?</think>\\s*<answer>(.*?)</answer>`` searched in the
 lower-cased text (DOTALL); else the text after the last ``<answer>``; else the whole text (a trace cut off by
-the token limit: its numbers are read, as the authors' code does); every non-digit becomes a space; the
-numbers, 1-based, with repeats and numbers outside the window dropped and the passages never named appended in
-their order. The windows are ``r2med.rerankers.windows.sliding_windows`` (20, step 10, from the back), which
+the token limit: its numbers are read, as the authors' code does); every non-digit (``str.isdigit``) becomes a
+space; the numbers, 1-based, with repeats and numbers outside the window dropped and the passages never named
+appended in their order. A "number" Python's ``int()`` refuses (``CO₂``, ``[1]²``, 5,000 digits) makes the window
+keep its order, as the authors' ``try``/``except ValueError`` does (source ``unparsable``). The windows are ``r2med.rerankers.windows.sliding_windows`` (20, step 10, from the back), which
 for window 20 and step 10 are the authors' windows (``rerank/rankllm.py`` ``sliding_windows_batched``).
 """
 
@@ -40,15 +41,20 @@ from typing import Any
 from r2med.errors import UsageError
 from r2med.llm.requests import ChatJob, SamplingParams, request_key
 from r2med.packaged import read_text
-from r2med.rerankers.permutation import PermutationReport, report_of
+from r2med.rerankers.permutation import PermutationReport, ReportBuilder, isdigit_runs, kept_order
 
 TASK = "rerank-reasonrank/1"
 #: the authors' prompt modes r2med runs (``--prompt_mode`` of their ``run_rank_llm.py``)
 MODES = ("rank_GPT_reasoning", "rank_GPT_qwen3")
 #: how a window is sent: one text prompt under the chat template, or the chat messages
 REQUEST_AS = ("text", "chat")
-#: where ``reasonrank_permutation`` found the numbers
-SOURCES = ("answer-tags", "after-answer-tag", "whole-text")
+#: where ``reasonrank_permutation`` found the numbers; ``unparsable``: one of them is not a number to ``int()``
+SOURCES = ("answer-tags", "after-answer-tag", "whole-text", "unparsable")
+#: the authors' answer pattern (listwise_prompt_r1.toml:5), which ``answer_span`` finds in linear time
+ANSWER_PATTERN = r"<think>.*?</think>\s*<answer>(.*?)</answer>"
+#: the most digits Python's ``int()`` reads from a string (``sys.int_info.default_max_str_digits``, Python 3.11+)
+INT_MAX_STR_DIGITS = 4300
+_WS_ANSWER = re.compile(r"\s*<answer>")
 
 _MODE_KEY = {"rank_GPT_reasoning": "reasoning", "rank_GPT_qwen3": "qwen3"}
 
@@ -82,6 +88,41 @@ def fix_text(text: str) -> str:
     return require("ftfy", "llm", "ReasonRank's prompt (ftfy.fix_text)").fix_text(text)
 
 
+def answer_span(text: str) -> tuple[str, int, int, str]:
+    """``(string, start, end, source)``: where the authors' ``_clean_response`` (``rerank/rankllm.py:456-466``) finds
+    the answer: ``string[start:end]`` is group 1 of ``re.search(ANSWER_PATTERN, text.lower(), re.DOTALL)`` (in the
+    lower-cased text), else the text after the last ``<answer>``, else the whole text.
+
+    The pattern's match is found in time linear in the text (``re.search`` backtracks: cubic on a text of many
+    ``<think>x</think> <answer>`` without ``</answer>``): the leftmost ``<think>`` starts the match if any does; its
+    ``.*?`` ends at the first ``</think>`` that whitespace and ``<answer>`` follow; the group ends at the next
+    ``</answer>`` (none there: none after any later ``</think>`` either, so no match).
+
+    >>> text = "<THINK>a</think> <answer>[2] > [1]</ANSWER>"
+    >>> string, start, end, source = answer_span(text)
+    >>> string[start:end], source
+    ('[2] > [1]', 'answer-tags')
+    """
+    lower = text.lower()
+    opened = lower.find("<think>")
+    at = opened + len("<think>")
+    while opened >= 0:
+        close = lower.find("</think>", at)
+        if close < 0:
+            break
+        tag = _WS_ANSWER.match(lower, close + len("</think>"))
+        if tag is not None:
+            end = lower.find("</answer>", tag.end())
+            if end >= 0:
+                return lower, tag.end(), end, "answer-tags"
+            break
+        at = close + 1
+    after = text.rfind("<answer>")
+    if after >= 0:
+        return text, after + len("<answer>"), len(text), "after-answer-tag"
+    return text, 0, len(text), "whole-text"
+
+
 def clean_response(text: str) -> tuple[str, str]:
     """``(digits, source)``: the authors' ``_clean_response`` (``rerank/rankllm.py:456-474``): the answer between the
     tags, else after the last ``<answer>``, else the whole text; every non-digit turned into a space, stripped.
@@ -92,29 +133,46 @@ def clean_response(text: str) -> tuple[str, str]:
     ('3     1', 'after-answer-tag')
     >>> clean_response("<think>passage [4] first, then [2]")
     ('4               2', 'whole-text')
+    >>> clean_response("CO₂ [1]²")
+    ('₂  1 ²', 'whole-text')
     """
-    match = re.search(authors()["answer_pattern"], text.lower(), re.DOTALL)
-    if match:
-        answer, source = match.group(1).strip(), "answer-tags"
-    elif "<answer>" in text:
-        answer, source = text.split("<answer>")[-1], "after-answer-tag"
-    else:
-        answer, source = text, "whole-text"
-    return "".join(c if c.isdigit() else " " for c in answer).strip(), source
+    string, start, end, source = answer_span(text)
+    answer = string[start:end].strip() if source == "answer-tags" else string[start:end]
+    runs = [(m.start(), m.end()) for m in isdigit_runs(answer)]
+    return "".join(answer[a:b] if i == 0 else " " * (a - runs[i - 1][1]) + answer[a:b]
+                   for i, (a, b) in enumerate(runs)), source
 
 
 def reasonrank_permutation(text: str, n: int) -> PermutationReport:
     """The window's new order (0-based permutation of ``range(n)``) from a ReasonRank answer, by the authors' rules
     (``clean_response``, then ``receive_permutation``, ``rerank/rankllm.py:483-527``).
 
+    The numbers are the runs of ``str.isdigit`` characters (``rankllm.py:468-474``); the authors read them with
+    ``int(x) - 1`` and, when one raises ``ValueError``, keep the window's order (``rankllm.py:512-516``: "unexcepted
+    output!"). ``int()`` refuses a run holding a digit that is not decimal (``²``, ``₂``, ``①``: ``isdigit`` but not
+    ``isdecimal``) and one of more than 4,300 digits (Python's ``int_max_str_digits``, the default since 3.11;
+    leading zeros count). So here a run parses when all its characters are decimal (``str.isdecimal``, of any
+    script: ``٣`` is 3, as for ``int()``) and it is at most ``INT_MAX_STR_DIGITS`` long; else the window keeps its
+    order, source ``unparsable`` (decided without ``int()``, whatever ``sys.set_int_max_str_digits`` says; huge
+    numbers are never converted).
+
     >>> r = reasonrank_permutation("<think>...</think>\\n<answer>[3] > [3] > [9] > [1]</answer>", 4)
     >>> r.order, r.duplicates, r.out_of_range, r.missing, r.source
     ((2, 0, 1, 3), (3,), (9,), (2, 4), 'answer-tags')
+    >>> r = reasonrank_permutation("<think>Passage [3] discusses CO₂ levels; [5] is", 5)
+    >>> r.order, r.source, r.unreadable
+    ((0, 1, 2, 3, 4), 'unparsable', '₂')
     """
-    if n < 0:
-        raise ValueError(f"n must be >= 0, got {n}")
-    digits, source = clean_response(text or "")
-    return report_of([int(x) for x in digits.split()], n, source)
+    builder = ReportBuilder(n)
+    string, start, end, source = answer_span(text or "")
+    for run in isdigit_runs(string, start, end):
+        a, b = run.span()
+        token = string[a:min(b, a + INT_MAX_STR_DIGITS + 1)]
+        if b - a > INT_MAX_STR_DIGITS or not token.isdecimal():
+            shown = token if len(token) <= 40 else f"{token[:20]}... ({b - a} characters)"
+            return kept_order(n, "unparsable", shown)
+        builder.digits(string, a, b)
+    return builder.report(source)
 
 
 def _trace(text: str) -> str:
@@ -240,13 +298,8 @@ class ReasonRankPrompt:
         if reasoning and "<think>" not in full:
             full = f"<think>{reasoning}</think>{full}"
         report = reasonrank_permutation(full, n)
-        match = re.search(authors()["answer_pattern"], full.lower(), re.DOTALL)
-        if match:
-            answer = match.group(1).strip()  # lower-cased, as the authors read it
-        elif "<answer>" in full:
-            answer = full.split("<answer>")[-1].strip()
-        else:
-            answer = ""
+        string, start, end, source = answer_span(full)  # the answer tags' text is lower-cased, as the authors read it
+        answer = string[start:end].strip() if source != "whole-text" else ""
         return report, _trace(full), answer
 
     def describe(self) -> dict[str, Any]:
