@@ -34,6 +34,21 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+#: On a CPU (or MPS) a batch holds at most this many padded tokens unless asked: larger ones are no faster there.
+CPU_BATCH_TOKENS = 8192
+
+
+def device_budget(tokens: int, device: str, asked: int | None = None) -> int:
+    """The token budget on ``device``: ``asked`` when given, else ``tokens`` on CUDA and at most ``CPU_BATCH_TOKENS``
+    elsewhere.
+
+    >>> device_budget(32768, "cuda:1"), device_budget(32768, "cpu"), device_budget(32768, "cpu", asked=65536)
+    (32768, 8192, 65536)
+    """
+    if asked is not None:
+        return asked
+    return tokens if device.startswith("cuda") else min(tokens, CPU_BATCH_TOKENS)
+
 
 class TextTooLongError(ProviderError):
     """One input alone does not fit in the device's memory (exit 6). ``index``: its position in the inputs of the
@@ -183,3 +198,26 @@ def run_batches(
         budget.worked(name)
         start = end
         yield rows, result
+
+
+def run_in_order(
+    lengths: Sequence[int],
+    run: Callable[[list[int]], Sequence[T]],
+    budget: TokenBudget,
+    *,
+    name: str,
+    device: str = "the device",
+    what: str = "text",
+) -> list[T]:
+    """Every input's result, in input order: ``run(rows)`` returns one result per row of a batch (``run_batches``).
+
+    >>> run_in_order([1, 3, 2], lambda rows: [10 * r for r in rows], TokenBudget(tokens=4), name="demo")
+    [0, 10, 20]
+    """
+    out: list[T | None] = [None] * len(lengths)
+    for rows, results in run_batches(lengths, run, budget, name=name, device=device, what=what):
+        if len(results) != len(rows):
+            raise RuntimeError(f"{name}: {len(results)} results for a batch of {len(rows)}")
+        for row, result in zip(rows, results):
+            out[row] = result
+    return out  # type: ignore[return-value]  # every row is in one batch

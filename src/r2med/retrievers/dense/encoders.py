@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from r2med.batching import TokenBudget, run_batches
+from r2med.batching import CPU_BATCH_TOKENS, TokenBudget, device_budget, run_batches
 from r2med.errors import UsageError
 from r2med.hf import check_model_exists, effective_dtype, model_fingerprint, resolve_device
 from r2med.io.progress import Reporter, progress_bar
@@ -41,10 +41,10 @@ def length_sorted_order(texts: Sequence[str]) -> list[int]:
     return sorted(range(len(texts)), key=lambda i: -len(texts[i]))
 
 
+__all__ = ["CPU_BATCH_TOKENS", "DEFAULT_BATCH_TOKENS", "BaseEncoder", "Prepared", "length_sorted_order"]
+
 #: Padded tokens per batch where neither the recipe nor the caller sets a budget (models outside the zoo).
 DEFAULT_BATCH_TOKENS = 32768
-#: On a CPU (or MPS) a batch holds at most this many padded tokens: larger batches are no faster there, only larger.
-CPU_BATCH_TOKENS = 8192
 
 
 class Prepared:
@@ -90,11 +90,8 @@ class BaseEncoder(ABC):
         self.autocast = spec.autocast if self.device.startswith("cuda") else None
         #: texts per batch where tokens are not counted; where they are, only a given ``batch_size`` caps them
         self.batch_size = batch_size or spec.batch_size
-        if batch_tokens is None:
-            batch_tokens = spec.batch_tokens or DEFAULT_BATCH_TOKENS
-            if not self.device.startswith("cuda"):
-                batch_tokens = min(batch_tokens, CPU_BATCH_TOKENS)
-        self.budget = TokenBudget(tokens=batch_tokens, texts=batch_size)
+        tokens = device_budget(spec.batch_tokens or DEFAULT_BATCH_TOKENS, self.device, batch_tokens)
+        self.budget = TokenBudget(tokens=tokens, texts=batch_size)
         self.count_budget = TokenBudget(tokens=None, texts=self.batch_size)
         self.trust_remote_code = bool(spec.trust_remote_code or trust_remote_code)
 
