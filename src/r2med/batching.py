@@ -8,6 +8,8 @@ most ``texts`` inputs. ``run_batches`` runs a callable over those batches; when 
 (``torch.OutOfMemoryError``, CUDA's and MPS's), the budget of that batch is halved and the batch is tried again,
 every finished batch kept; the first batch that then fits is reported once (a warning naming the budget that
 worked). A single input that does not fit alone is ``TextTooLongError`` (exit 6), naming it and its token count.
+With ``prepare`` (a batch's host-side work: padding, pinning), the next batch is prepared on a background thread
+while the current one runs.
 
 torch is never imported here: an error is an out-of-memory error only if torch, already imported, says so.
 
@@ -25,8 +27,9 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from r2med.errors import ProviderError, UsageError
 
@@ -166,38 +169,62 @@ def _release_memory() -> None:
 
 def run_batches(
     lengths: Sequence[int],
-    run: Callable[[list[int]], T],
+    run: Callable[[Any], T],
     budget: TokenBudget,
     *,
     name: str,
     device: str = "the device",
     what: str = "text",
+    prepare: Callable[[list[int]], Any] | None = None,
 ) -> Iterator[tuple[list[int], T]]:
-    """``(rows, run(rows))`` for every batch of the inputs of ``lengths`` (token counts), longest first, cut by
-    ``budget``; an out-of-memory error halves the budget and runs the batch again (see the module docstring).
-    Lazy: a caller that stops iterating stops the work; what it has received is done."""
+    """``(rows, run(prepare(rows)))`` for every batch of the inputs of ``lengths`` (token counts), longest first, cut
+    by ``budget``; an out-of-memory error halves the budget and runs the batch again (see the module docstring).
+
+    ``prepare`` (default: the rows themselves) is a batch's host-side work (padding, pinning): with it, the next
+    batch is prepared on a background thread while ``run`` runs the current one, so the device does not wait for
+    the host; a prepared batch that the budget no longer cuts the same way (after an out-of-memory error) is
+    prepared again. Lazy: a caller that stops iterating stops the work; what it has received is done.
+    """
     order = longest_first(lengths)
+    executor = ThreadPoolExecutor(1, thread_name_prefix="r2med-batch") if prepare is not None else None
+    make = prepare if prepare is not None else (lambda rows: rows)
+    ahead: tuple[int, int, Future] | None = None  # (start, end, the prepared batch) of the next batch
     start = 0
-    while start < len(order):
-        end = budget.cut(order, start, lengths)
-        rows = order[start:end]
-        try:
-            result = run(rows)
-        except Exception as exc:
-            if not is_out_of_memory(exc):
-                raise
-            out_of_memory = True  # retried below, outside this block: the traceback's tensors are freed first
-        else:
-            out_of_memory = False
-        if out_of_memory:
-            _release_memory()
-            if len(rows) == 1:
-                raise TextTooLongError(rows[0], lengths[rows[0]], device=device, what=what) from None
-            budget.halve(len(rows), len(rows) * max(1, lengths[rows[0]]))
-            continue
-        budget.worked(name)
-        start = end
-        yield rows, result
+    try:
+        while start < len(order):
+            end = budget.cut(order, start, lengths)
+            rows = order[start:end]
+            if ahead is not None and ahead[:2] == (start, end):
+                inputs = ahead[2].result()
+            else:
+                if ahead is not None:
+                    ahead[2].cancel()
+                inputs = make(rows)
+            ahead = None
+            if executor is not None and end < len(order):
+                following = budget.cut(order, end, lengths)
+                ahead = (end, following, executor.submit(make, order[end:following]))
+            try:
+                result = run(inputs)
+            except Exception as exc:
+                if not is_out_of_memory(exc):
+                    raise
+                out_of_memory = True  # retried below, outside this block: the traceback's tensors are freed first
+            else:
+                out_of_memory = False
+            del inputs
+            if out_of_memory:
+                _release_memory()
+                if len(rows) == 1:
+                    raise TextTooLongError(rows[0], lengths[rows[0]], device=device, what=what) from None
+                budget.halve(len(rows), len(rows) * max(1, lengths[rows[0]]))
+                continue
+            budget.worked(name)
+            start = end
+            yield rows, result
+    finally:
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=True)
 
 
 def run_in_order(
@@ -208,14 +235,16 @@ def run_in_order(
     name: str,
     device: str = "the device",
     what: str = "text",
+    prepare: Callable[[list[int]], Any] | None = None,
 ) -> list[T]:
-    """Every input's result, in input order: ``run(rows)`` returns one result per row of a batch (``run_batches``).
+    """Every input's result, in input order: ``run(prepare(rows))`` returns one result per row of a batch
+    (``run_batches``).
 
     >>> run_in_order([1, 3, 2], lambda rows: [10 * r for r in rows], TokenBudget(tokens=4), name="demo")
     [0, 10, 20]
     """
     out: list[T | None] = [None] * len(lengths)
-    for rows, results in run_batches(lengths, run, budget, name=name, device=device, what=what):
+    for rows, results in run_batches(lengths, run, budget, name=name, device=device, what=what, prepare=prepare):
         if len(results) != len(rows):
             raise RuntimeError(f"{name}: {len(results)} results for a batch of {len(rows)}")
         for row, result in zip(rows, results):

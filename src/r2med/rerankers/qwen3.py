@@ -162,15 +162,18 @@ class Qwen3RerankerScorer:
         pairs = [qwen3_pair(q, d, self.instruction) for q, d in zip(queries, documents)]
         ids = card_input_ids(tokenizer, pairs, self.max_length)
 
-        def run(rows: list[int]) -> list[float]:
+        def prepare(rows: list[int]) -> dict[str, Any]:  # on a background thread, while the batch before runs
             inputs = self._pad({"input_ids": [ids[i] for i in rows]})
+            return {k: v.pin_memory() if self.device.startswith("cuda") else v for k, v in inputs.items()}
+
+        def run(inputs: dict[str, Any]) -> list[float]:
             with torch.inference_mode():
-                last = model(**{k: v.to(self.device) for k, v in inputs.items()}).logits[:, -1, :]
+                last = model(**{k: v.to(self.device, non_blocking=True) for k, v in inputs.items()}).logits[:, -1, :]
                 pair = torch.stack([last[:, no], last[:, yes]], dim=1).float()
                 return torch.nn.functional.log_softmax(pair, dim=1)[:, 1].exp().cpu().tolist()
 
         return run_in_order([len(row) for row in ids], run, self.token_budget, name=self.model_id,
-                            device=self.device, what="pair")
+                            device=self.device, what="pair", prepare=prepare)
 
 
 class Qwen3ServerScorer:

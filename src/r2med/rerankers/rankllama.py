@@ -147,15 +147,18 @@ class RankLlamaScorer:
                                   truncation="longest_first"))
         features.pop("token_type_ids", None)
 
-        def run(rows: list[int]) -> list[float]:
+        def prepare(rows: list[int]) -> dict[str, Any]:  # on a background thread, while the batch before runs
             batch = tokenizer.pad({key: [values[i] for i in rows] for key, values in features.items()},
                                   padding=True, return_tensors="pt")
+            return {k: v.pin_memory() if self.device.startswith("cuda") else v for k, v in batch.items()}
+
+        def run(batch: dict[str, Any]) -> list[float]:
             with torch.inference_mode():
-                logits = model(**batch.to(self.device)).logits
+                logits = model(**{k: v.to(self.device, non_blocking=True) for k, v in batch.items()}).logits
             return logits[:, 0].float().cpu().tolist()
 
         values = run_in_order([len(ids) for ids in features["input_ids"]], run, self.token_budget,
-                              name=self.adapter, device=self.device, what="pair")
+                              name=self.adapter, device=self.device, what="pair", prepare=prepare)
         return [float(x) for x in values]
 
 

@@ -140,11 +140,11 @@ from streaming_encoder import texts
 
 class Killed(TransformersEncoder):
     batches = 0
-    def _encode_rows(self, prepared, rows, kind, instruction):
+    def _encode_rows(self, prepared, rows, kind, instruction, inputs=None):
         Killed.batches += 1
         if Killed.batches == 6:
             os.kill(os.getpid(), signal.SIGKILL)
-        return super()._encode_rows(prepared, rows, kind, instruction)
+        return super()._encode_rows(prepared, rows, kind, instruction, inputs)
 
 spec = ModelSpec(name="tiny", model=sys.argv[2], backend="transformers", pooling="mean")
 EmbeddingCache(Path(sys.argv[1]), flush_texts=64).embed(Killed(spec, device="cpu", batch_tokens=400), texts(300),

@@ -139,8 +139,16 @@ class BaseEncoder(ABC):
     def _batches(self, prepared: Prepared, kind: Kind, instruction: str, batch_size: int | None):
         """``(rows, vectors)`` per batch: by tokens when ``prepared`` counted them, else by texts (``batch_size``
         for this call, else the encoder's); a budget halved after running out of memory stays halved."""
-        def run(rows: list[int]) -> np.ndarray:
+        def run(batch: tuple[list[int], Any]) -> np.ndarray:
+            return self._encode_rows(prepared, batch[0], kind, instruction, batch[1])
+
+        def inputs(rows: list[int]) -> tuple[list[int], Any]:
+            return rows, self._inputs(prepared, rows, kind)
+
+        def plain(rows: list[int]) -> np.ndarray:
             return self._encode_rows(prepared, rows, kind, instruction)
+
+        ahead = type(self)._inputs is not BaseEncoder._inputs  # host work of the next batch on a thread
 
         counted = prepared.lengths is not None
         budget = self.budget if counted else self.count_budget
@@ -150,7 +158,10 @@ class BaseEncoder(ABC):
             budget.texts = batch_size
         cap = budget.texts
         try:
-            yield from run_batches(lengths, run, budget, name=self.name, device=self.device)
+            if ahead:
+                yield from run_batches(lengths, run, budget, name=self.name, device=self.device, prepare=inputs)
+            else:
+                yield from run_batches(lengths, plain, budget, name=self.name, device=self.device)
         finally:
             if cap is not None and budget.texts is not None and budget.texts < cap:  # halved by texts in this call
                 saved = budget.texts if saved is None else min(saved, budget.texts)
@@ -185,6 +196,12 @@ class BaseEncoder(ABC):
         """Tokenize ``texts`` once (with ``instruction``); by default nothing is counted (batches by texts)."""
         return Prepared(texts, None)
 
+    def _inputs(self, prepared: Prepared, rows: list[int], kind: Kind) -> Any:
+        """The host-side inputs of a batch (padded, pinned), made on a background thread while the batch before it
+        runs; None by default (``_encode_rows`` then makes its own)."""
+        return None
+
     @abstractmethod
-    def _encode_rows(self, prepared: Prepared, rows: list[int], kind: Kind, instruction: str) -> np.ndarray:
-        """Vectors of the texts at ``rows`` of ``prepared``, in that order."""
+    def _encode_rows(self, prepared: Prepared, rows: list[int], kind: Kind, instruction: str,
+                     inputs: Any = None) -> np.ndarray:
+        """Vectors of the texts at ``rows`` of ``prepared``, in that order (``inputs``: ``_inputs``' for them)."""

@@ -138,11 +138,21 @@ class TransformersEncoder(BaseEncoder):
         prompt = self._prompt_length(tower.tokenizer, instruction, kind) if instruction and not self.spec.prompt_in_pooling else 0
         return Prepared(texts, [len(ids) for ids in features["input_ids"]], (features, prompt))
 
-    def _encode_rows(self, prepared: Prepared, rows: list[int], kind: Kind, instruction: str) -> np.ndarray:
+    def _inputs(self, prepared: Prepared, rows: list[int], kind: Kind) -> dict[str, Any]:
+        """The batch padded on the host (on a background thread, while the batch before it runs); on CUDA in pinned
+        memory, so that its copy to the device does not block."""
+        batch = self._pad(self._tower(kind), prepared.state[0], rows)
+        if self.device.startswith("cuda"):
+            return {key: value.pin_memory() for key, value in batch.items()}
+        return dict(batch)
+
+    def _encode_rows(self, prepared: Prepared, rows: list[int], kind: Kind, instruction: str,
+                     inputs: Any = None) -> np.ndarray:
         torch = require("torch")
         tower = self._tower(kind)
-        features, prompt = prepared.state
-        inputs = self._pad(tower, features, rows).to(self.device)
+        _, prompt = prepared.state
+        host = inputs if inputs is not None else self._inputs(prepared, rows, kind)
+        inputs = {key: value.to(self.device, non_blocking=True) for key, value in host.items()}
         extra = {"is_causal": False} if self.spec.bidirectional else {}
         autocast = torch.autocast("cuda", dtype=getattr(torch, self.autocast)) if self.autocast else nullcontext()
         with torch.inference_mode(), autocast:
@@ -189,7 +199,8 @@ class NVEmbedEncoder(BaseEncoder):
         config = self._load().config
         return int(getattr(config, "hidden_size", None) or config.text_config.hidden_size)
 
-    def _encode_rows(self, prepared: Prepared, rows: list[int], kind: Kind, instruction: str) -> np.ndarray:
+    def _encode_rows(self, prepared: Prepared, rows: list[int], kind: Kind, instruction: str,
+                     inputs: Any = None) -> np.ndarray:
         torch = require("torch")
         length = self.spec.max_length_for(kind) or 4096
         texts = [prepared.texts[i] for i in rows]

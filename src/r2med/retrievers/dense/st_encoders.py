@@ -73,7 +73,8 @@ class SentenceTransformerEncoder(BaseEncoder):
                         return_attention_mask=False, return_token_type_ids=False)["input_ids"]
         return Prepared(texts, [len(row) for row in ids])
 
-    def _encode_rows(self, prepared: Prepared, rows: list[int], kind: Kind, instruction: str) -> np.ndarray:
+    def _encode_rows(self, prepared: Prepared, rows: list[int], kind: Kind, instruction: str,
+                     inputs: Any = None) -> np.ndarray:
         model = self._model(kind)
         length = self.spec.max_length_for(kind)
         if length is not None:
