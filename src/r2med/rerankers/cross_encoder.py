@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from r2med.batching import TokenBudget, device_budget, run_in_order
 from r2med.errors import InvalidInputError, UsageError
 from r2med.hf import (
     adapter_kwargs,
@@ -30,6 +31,10 @@ from r2med.hf import (
 )
 
 logger = logging.getLogger(__name__)
+
+#: Padded tokens per batch on a GPU (at most ``batching.CPU_BATCH_TOKENS`` elsewhere): bge-reranker-v2-m3 (568M)
+#: keeps well under 10 GB of activations at this size.
+BATCH_TOKENS = 65536
 
 
 def check_classification_head(architectures: Sequence[str] | None, model: str) -> None:
@@ -156,6 +161,7 @@ class CrossEncoderScorer:
         revision: str | None = None,
         score_column: int | None = None,
         trust_remote_code: bool = False,
+        batch_tokens: int | None = None,
     ) -> None:
         if max_length is not None and max_length < 1:
             raise UsageError(f"max length must be positive, got {max_length}")
@@ -170,6 +176,8 @@ class CrossEncoderScorer:
         self._model: Any = None
         self.device = resolve_device(device)
         self.dtype = effective_dtype(dtype, self.device)
+        #: pairs per model batch: padded tokens (and a cap on pairs, set by the reranker), halved on out-of-memory
+        self.token_budget = TokenBudget(tokens=device_budget(BATCH_TOKENS, self.device, batch_tokens))
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -211,17 +219,31 @@ class CrossEncoderScorer:
         return self._model
 
     def score(self, queries: Sequence[str], documents: Sequence[str]) -> list[float]:
+        """Raw logits of the pairs, in token-budget batches (``r2med.batching``): the pairs are tokenized once to
+        count their tokens, and each batch goes to ``CrossEncoder.predict``, padded to its own longest pair."""
         torch = require("torch", "rerank")
         model = self.load()
-        with torch.inference_mode():
-            logits = model.predict(
-                list(zip(queries, documents)),
-                batch_size=max(1, len(queries)),
-                activation_fn=torch.nn.Identity(),
-                show_progress_bar=False,
-                convert_to_numpy=True,
-            )
-        return [float(x) for x in self._column(logits)]
+        pairs = list(zip(queries, documents))
+        tokenizer, limit = getattr(model, "tokenizer", None), getattr(model, "max_seq_length", None)
+        limit = getattr(model, "max_length", None) if limit is None else limit  # sentence-transformers < 5
+        kwargs = {"max_length": limit} if isinstance(limit, int) else {}
+        if callable(tokenizer):
+            lengths = [len(row) for row in tokenizer([q for q, _ in pairs], [d for _, d in pairs],
+                                                     truncation="longest_first", return_attention_mask=False,
+                                                     return_token_type_ids=False, **kwargs)["input_ids"]]
+        else:  # no tokenizer to count with: every pair counts as one token (the cap on pairs alone cuts batches)
+            lengths = [1] * len(pairs)
+
+        def run(rows: list[int]) -> Any:
+            with torch.inference_mode():
+                logits = model.predict([pairs[i] for i in rows], batch_size=len(rows),
+                                       activation_fn=torch.nn.Identity(), show_progress_bar=False,
+                                       convert_to_numpy=True)
+            return self._column(logits)
+
+        values = run_in_order(lengths, run, self.token_budget, name=self.model_id,
+                              device=self.device, what="pair")
+        return [float(x) for x in values]
 
     def _column(self, logits: Any) -> Any:
         if logits.ndim == 1:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from r2med.batching import TokenBudget
 from r2med.errors import ProviderError, UsageError
 from r2med.io.progress import progress_bar
 from r2med.rerankers.base import Reranked, assemble, check_texts, check_top_k, order_by_scores, split_head
@@ -161,9 +162,16 @@ class PointwiseReranker:
         out: dict[str, float] = {}
         pending: dict[str, float] = {}
         bar = progress_bar(len(items), desc=f"reranking ({self.name})", unit="pair", enabled=self.progress)
+        # a model on this machine (a ``token_budget``) gets groups of pairs and cuts them into batches by tokens,
+        # ``batch_size`` pairs at most (r2med.batching); any other scorer gets batches of ``batch_size`` pairs
+        budget = getattr(self.scorer, "token_budget", None)
+        step = self.batch_size
+        if isinstance(budget, TokenBudget):
+            budget.texts = self.batch_size
+            step = max(self.batch_size, self.flush_every)
         try:
-            for start in range(0, len(items), self.batch_size):
-                batch = items[start:start + self.batch_size]
+            for start in range(0, len(items), step):
+                batch = items[start:start + step]
                 values = self.scorer.score([q for _, (q, _) in batch], [d for _, (_, d) in batch])
                 if len(values) != len(batch):
                     raise RuntimeError(f"the scorer returned {len(values)} scores for {len(batch)} pairs")

@@ -24,6 +24,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
+from r2med.batching import TokenBudget, device_budget, run_in_order
 from r2med.errors import UsageError
 from r2med.hf import (
     check_model_exists,
@@ -41,6 +42,8 @@ from r2med.rerankers.completions import CompletionRequests, TextRequest, fact, t
 logger = logging.getLogger(__name__)
 
 TASK = "rerank-qwen3-reranker/1"
+#: Padded tokens per local batch on a GPU (at most ``batching.CPU_BATCH_TOKENS`` elsewhere), as the dense 8B recipes
+BATCH_TOKENS = 32768
 NAME = "qwen3-reranker"
 
 
@@ -95,7 +98,7 @@ class Qwen3RerankerScorer:
     """
 
     def __init__(self, model: str, *, max_length: int = 8192, instruction: str | None = None, device: str | None = None,
-                 dtype: str | None = None, revision: str | None = None) -> None:
+                 dtype: str | None = None, revision: str | None = None, batch_tokens: int | None = None) -> None:
         check_model_exists(model, revision)  # before torch is imported: an unreachable hub fails at once
         require("torch", "rerank")
         require("transformers", "rerank")
@@ -106,6 +109,8 @@ class Qwen3RerankerScorer:
         self.device = resolve_device(device)
         self.dtype = effective_dtype(dtype, self.device)
         self._loaded: tuple[Any, Any, list[int], list[int], int, int] | None = None
+        #: pairs per model batch: padded tokens (and a cap on pairs, set by the reranker), halved on out-of-memory
+        self.token_budget = TokenBudget(tokens=device_budget(BATCH_TOKENS, self.device, batch_tokens))
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -141,19 +146,34 @@ class Qwen3RerankerScorer:
         """The card's ``process_inputs``: each pair cut to fit, wrapped in the prefix and suffix, left-padded."""
         tokenizer = self.load()[0]
         pairs = [qwen3_pair(q, d, self.instruction) for q, d in zip(queries, documents)]
-        out = {"input_ids": card_input_ids(tokenizer, pairs, self.max_length)}
+        return self._pad({"input_ids": card_input_ids(tokenizer, pairs, self.max_length)})
+
+    def _pad(self, out: dict[str, list[list[int]]]) -> Any:
+        tokenizer = self.load()[0]
         with warnings.catch_warnings():  # the card passes max_length to pad(), which transformers says it ignores
             warnings.simplefilter("ignore", UserWarning)
             return tokenizer.pad(out, padding=True, return_tensors="pt", max_length=self.max_length)
 
     def score(self, queries: Sequence[str], documents: Sequence[str]) -> list[float]:
+        """P(yes) of the pairs: the card's inputs made once, unpadded, then in token-budget batches
+        (``r2med.batching``), each left-padded to its own longest pair."""
         torch = require("torch", "rerank")
-        _, model, _, _, yes, no = self.load()
-        inputs = self.encode(queries, documents)
-        with torch.inference_mode():
-            last = model(**{k: v.to(self.device) for k, v in inputs.items()}).logits[:, -1, :]
-            pair = torch.stack([last[:, no], last[:, yes]], dim=1).float()
-            return torch.nn.functional.log_softmax(pair, dim=1)[:, 1].exp().cpu().tolist()
+        tokenizer, model, _, _, yes, no = self.load()
+        pairs = [qwen3_pair(q, d, self.instruction) for q, d in zip(queries, documents)]
+        ids = card_input_ids(tokenizer, pairs, self.max_length)
+
+        def prepare(rows: list[int]) -> dict[str, Any]:  # on a background thread, while the batch before runs
+            inputs = self._pad({"input_ids": [ids[i] for i in rows]})
+            return {k: v.pin_memory() if self.device.startswith("cuda") else v for k, v in inputs.items()}
+
+        def run(inputs: dict[str, Any]) -> list[float]:
+            with torch.inference_mode():
+                last = model(**{k: v.to(self.device, non_blocking=True) for k, v in inputs.items()}).logits[:, -1, :]
+                pair = torch.stack([last[:, no], last[:, yes]], dim=1).float()
+                return torch.nn.functional.log_softmax(pair, dim=1)[:, 1].exp().cpu().tolist()
+
+        return run_in_order([len(row) for row in ids], run, self.token_budget, name=self.model_id,
+                            device=self.device, what="pair", prepare=prepare)
 
 
 class Qwen3ServerScorer:

@@ -17,6 +17,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from r2med.batching import TokenBudget, device_budget, run_in_order
 from r2med.errors import UsageError
 from r2med.hf import (
     adapter_kwargs,
@@ -31,6 +32,10 @@ from r2med.hf import (
 )
 
 logger = logging.getLogger(__name__)
+
+#: Padded tokens per batch on a GPU (at most ``batching.CPU_BATCH_TOKENS`` elsewhere): a 7B model in float16, as
+#: the dense 7-8B recipes (docs/dense.md)
+BATCH_TOKENS = 32768
 
 QUERY_TEMPLATE = "query: {query}"
 DOCUMENT_TEMPLATE = "document: {document}"
@@ -62,6 +67,7 @@ class RankLlamaScorer:
         dtype: str | None = "float16",
         revision: str | None = None,
         base_revision: str | None = None,
+        batch_tokens: int | None = None,
     ) -> None:
         if max_length < 8:
             raise UsageError(f"max length must be at least 8 tokens, got {max_length}")
@@ -80,6 +86,8 @@ class RankLlamaScorer:
         self.dtype = effective_dtype(dtype, self.device)
         self._tokenizer: Any = None
         self._model: Any = None
+        #: pairs per model batch: padded tokens (and a cap on pairs, set by the reranker), halved on out-of-memory
+        self.token_budget = TokenBudget(tokens=device_budget(BATCH_TOKENS, self.device, batch_tokens))
 
     def _base(self) -> str:
         if self.base_model is None:
@@ -130,17 +138,28 @@ class RankLlamaScorer:
         return self._tokenizer, self._model
 
     def score(self, queries: Sequence[str], documents: Sequence[str]) -> list[float]:
+        """The head's logits of the pairs: tokenized once, unpadded, then in token-budget batches
+        (``r2med.batching``), each right-padded to its own longest pair."""
         torch = require("torch", "rerank")
         tokenizer, model = self.load()
         pairs = [rankllama_texts(q, d) for q, d in zip(queries, documents)]
-        encoded = tokenizer(
-            [q for q, _ in pairs], [d for _, d in pairs],
-            max_length=self.max_length, truncation="longest_first", padding=True, return_tensors="pt",
-        )
-        encoded.pop("token_type_ids", None)
-        with torch.inference_mode():
-            logits = model(**encoded.to(self.device)).logits
-        return [float(x) for x in logits[:, 0].float().cpu().tolist()]
+        features = dict(tokenizer([q for q, _ in pairs], [d for _, d in pairs], max_length=self.max_length,
+                                  truncation="longest_first"))
+        features.pop("token_type_ids", None)
+
+        def prepare(rows: list[int]) -> dict[str, Any]:  # on a background thread, while the batch before runs
+            batch = tokenizer.pad({key: [values[i] for i in rows] for key, values in features.items()},
+                                  padding=True, return_tensors="pt")
+            return {k: v.pin_memory() if self.device.startswith("cuda") else v for k, v in batch.items()}
+
+        def run(batch: dict[str, Any]) -> list[float]:
+            with torch.inference_mode():
+                logits = model(**{k: v.to(self.device, non_blocking=True) for k, v in batch.items()}).logits
+            return logits[:, 0].float().cpu().tolist()
+
+        values = run_in_order([len(ids) for ids in features["input_ids"]], run, self.token_budget,
+                              name=self.adapter, device=self.device, what="pair", prepare=prepare)
+        return [float(x) for x in values]
 
 
 def _set_padding(tokenizer: Any, model: Any) -> None:

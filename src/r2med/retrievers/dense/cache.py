@@ -3,7 +3,12 @@
 ``<root>/<key>/`` holds ``manifest.json`` (what the key was made of, the number of texts, the
 chunk size, and the checksum of its own content) and ``chunk_00000.npy``, ``chunk_00001.npy``, ...
 each written atomically as soon as it is encoded, followed by its checksum ``chunk_00000.npy.sha256``.
-A run killed mid-corpus leaves its finished chunks; the next run encodes only the missing ones.
+While a chunk is being encoded, what is finished of it is kept as parts ``chunk_00000.part0001.npz`` (the
+positions in the chunk and their vectors, each with its checksum), written every ``flush_texts`` texts (512) or
+``flush_seconds`` (60 s), whichever comes first, and at once on Ctrl-C; the finished chunk replaces its parts. A
+run killed mid-corpus (Ctrl-C or SIGKILL) so loses at most the batch in flight and under a minute or 512 texts of
+finished ones; the next run encodes only the texts that are missing. Parts are an addition within the same
+format: a folder written with whole chunks only (4,096 texts, before parts existed) reads as before.
 Every chunk is read through the verified reader (``r2med.io.verified``): a chunk that is damaged, or
 whose checksum was never written, is encoded again with a warning; a damaged manifest starts the
 folder again. The key hashes the encoder's ``cache_key`` (model id, revision, pooling, max length,
@@ -17,13 +22,16 @@ import hashlib
 import json
 import logging
 import os
-from collections.abc import Iterator, Sequence
+import time
+import zipfile
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from r2med.batching import TextTooLongError
 from r2med.errors import DamagedFileError
 from r2med.io.atomic import remove_file
 from r2med.io.progress import progress_bar
@@ -44,6 +52,10 @@ logger = logging.getLogger(__name__)
 
 FORMAT = "r2med-embeddings/1"
 DEFAULT_CHUNK = 4096
+#: finished texts kept in memory at most before they are written as a part of their chunk
+FLUSH_TEXTS = 512
+#: seconds between writes of a chunk's finished texts at most
+FLUSH_SECONDS = 60.0
 
 
 def texts_digest(texts: Sequence[str]) -> str:
@@ -116,12 +128,17 @@ class StoredEmbeddings:
 class EmbeddingCache:
     """Encode texts through the cache rooted at ``root``; ``dtype`` is the storage type (float16 halves the disk)."""
 
-    def __init__(self, root: Path, *, chunk: int = DEFAULT_CHUNK, dtype: str = "float32") -> None:
+    def __init__(self, root: Path, *, chunk: int = DEFAULT_CHUNK, dtype: str = "float32",
+                 flush_texts: int = FLUSH_TEXTS, flush_seconds: float = FLUSH_SECONDS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         if dtype not in ("float32", "float16"):
             raise ValueError(f"dtype must be float32 or float16, got {dtype!r}")
+        if flush_texts < 1 or not flush_seconds > 0:
+            raise ValueError(f"flush_texts must be >= 1 and flush_seconds > 0, got {flush_texts}, {flush_seconds}")
         self.root = Path(root)
         self.chunk = chunk
         self.dtype = dtype
+        self.flush_texts, self.flush_seconds, self.clock = flush_texts, flush_seconds, clock
         self.encoded_texts = 0  # texts actually sent to an encoder by this cache object
 
     def embed(
@@ -145,26 +162,75 @@ class EmbeddingCache:
             return stored
         if len(missing) < stored.n_chunks:
             logger.info("resuming: %d of %d chunks of %s embeddings are already stored", stored.n_chunks - len(missing), stored.n_chunks, kind)
-        total = sum(min(chunk, len(texts) - i * chunk) for i in missing)
-        per_batch = accepts_on_batch(encoder)
+        for path in folder.glob("chunk_*.part*.npz"):  # parts of chunks written since (a run killed in between)
+            if int(path.name[len("chunk_"):].split(".", 1)[0]) not in missing:
+                remove_verified(path)
+        parts = {i: self._parts(stored, i, len(texts)) for i in missing}
+        total = sum(min(chunk, len(texts) - i * chunk) - len(parts[i].rows) for i in missing)
+        streams = accepts_keyword(encoder, "on_vectors")
+        per_batch = streams or accepts_on_batch(encoder)
         with progress_bar(total, desc=f"encoding {kind_label(kind)} ({encoder.name})", unit=kind_unit(kind),
                           enabled=progress) as bar:
             for i in missing:
-                part = list(texts[i * chunk : (i + 1) * chunk])
-                report = _ChunkReporter(bar, len(part))
-                extra = {"on_batch": report} if per_batch else {}
-                vectors = np.asarray(
-                    encoder.encode(part, kind=kind, instruction=instruction, batch_size=batch_size, progress=False, **extra),
-                    dtype=np.float32,
-                )
-                if vectors.shape[0] != len(part):
-                    raise ValueError(f"encoder {encoder.name} returned {vectors.shape[0]} vectors for {len(part)} texts")
-                data = vectors.astype(self.dtype)
+                start = i * chunk
+                size = min(chunk, len(texts) - start)
+                kept = parts[i]
+                todo = [r for r in range(size) if r not in kept.rows]
+                kept.last_flush = self.clock()
+                # an encoder that hands each batch over (on_vectors) gets the chunk's missing texts at once (sorted
+                # and batched as a whole); any other gets them in pieces of flush_texts, each kept when it returns
+                pieces = [todo] if streams else [todo[k:k + self.flush_texts] for k in range(0, len(todo), self.flush_texts)]
+                for piece in pieces:
+                    if not piece:
+                        continue
+                    report = _ChunkReporter(bar, len(piece))
+                    extra: dict[str, Any] = {"on_batch": report} if per_batch else {}
+                    if streams:
+                        extra["on_vectors"] = lambda rows, vectors, piece=piece: kept.add([piece[r] for r in rows], vectors)
+                    try:
+                        vectors = encoder.encode([texts[start + r] for r in piece], kind=kind, instruction=instruction,
+                                                 batch_size=batch_size, progress=False, **extra)
+                    except TextTooLongError as exc:
+                        kept.flush()
+                        raise exc.shifted(lambda j, piece=piece, start=start: start + piece[j]) from None
+                    except BaseException:
+                        kept.flush()  # Ctrl-C, a failing model: what is finished stays
+                        raise
+                    vectors = np.asarray(vectors, dtype=np.float32)
+                    if vectors.shape[0] != len(piece):
+                        raise ValueError(f"encoder {encoder.name} returned {vectors.shape[0]} vectors for {len(piece)} texts")
+                    self.encoded_texts += len(piece)
+                    kept.add(piece, vectors)  # what the encoder did not hand over batch by batch (rows it did: skipped)
+                    if not streams:
+                        kept.flush()
+                    report.finish()  # an encoder without on_batch, or one that reported less: the rest now
+                data = kept.assemble(size)
                 write_verified(stored.chunk_path(i), lambda handle, data=data: np.save(handle, data, allow_pickle=False), binary=True)
-                self.encoded_texts += len(part)
-                report.finish()  # an encoder without on_batch, or one that reported less: the rest of the chunk now
+                kept.remove()
         return stored
 
+    def _parts(self, stored: StoredEmbeddings, i: int, n: int) -> _ChunkParts:
+        """What earlier runs finished of chunk ``i`` (its verified parts; a damaged one is removed, with a warning)."""
+        kept = _ChunkParts(stored.chunk_path(i), self.dtype, self.flush_texts, self.flush_seconds, self.clock)
+        size = min(stored.chunk, n - i * stored.chunk)
+        for path in sorted(stored.directory.glob(f"chunk_{i:05d}.part*.npz")):
+            try:
+                rows, vectors = read_verified(path, _load_part)
+                if rows.ndim != 1 or vectors.ndim != 2 or len(rows) != len(vectors) or len(rows) == 0 \
+                        or rows.min() < 0 or rows.max() >= size or str(vectors.dtype) != self.dtype:
+                    raise DamagedFileError(path, f"does not hold positions of this chunk ({size} texts) and their "
+                                                 f"{self.dtype} vectors")
+                if kept.width is not None and vectors.shape[1] != kept.width:
+                    raise DamagedFileError(path, f"holds vectors of width {vectors.shape[1]}, not {kept.width}")
+            except DamagedFileError as exc:
+                logger.warning("%s; encoding its texts again", exc)
+                remove_verified(path)
+                continue
+            kept.load(path, rows, vectors)
+        if kept.rows:
+            logger.info("resuming chunk %d of %s: %d of its %d texts are already stored", i, stored.directory,
+                        len(kept.rows), size)
+        return kept
 
     def _chunk_size(self, folder: Path, material: dict) -> int:
         """The chunk size of ``folder`` from its manifest (written now when there is none; the folder is started
@@ -214,6 +280,77 @@ class EmbeddingCache:
         return missing
 
 
+class _ChunkParts:
+    """The finished texts of one chunk: those read back from its parts, and new ones, written as a new part every
+    ``flush_texts`` texts or ``flush_seconds`` (by ``clock``), whichever comes first."""
+
+    def __init__(self, chunk_path: Path, dtype: str, flush_texts: int, flush_seconds: float,
+                 clock: Callable[[], float]) -> None:
+        self.chunk_path, self.dtype = chunk_path, dtype
+        self.flush_texts, self.flush_seconds, self.clock = flush_texts, flush_seconds, clock
+        self.rows: dict[int, np.ndarray] = {}  # position in the chunk -> its stored vector
+        self.paths: list[Path] = []
+        self.pending: list[tuple[list[int], np.ndarray]] = []
+        self.n_pending = 0
+        self.width: int | None = None
+        self.last_flush = clock()
+
+    def load(self, path: Path, rows: np.ndarray, vectors: np.ndarray) -> None:
+        self.paths.append(path)
+        self.width = vectors.shape[1]
+        for row, vector in zip(rows.tolist(), vectors):
+            self.rows[row] = vector
+
+    def add(self, rows: list[int], vectors: np.ndarray) -> None:
+        """Keep the vectors of ``rows`` (positions in the chunk); write a part when enough has waited."""
+        data = np.asarray(vectors, dtype=np.float32).astype(self.dtype)
+        new = [k for k, row in enumerate(rows) if row not in self.rows]
+        if not new:
+            return
+        rows, data = [rows[k] for k in new], data[new]
+        self.width = data.shape[1]
+        for row, vector in zip(rows, data):
+            self.rows[row] = vector
+        self.pending.append((rows, data))
+        self.n_pending += len(rows)
+        if self.n_pending >= self.flush_texts or self.clock() - self.last_flush >= self.flush_seconds:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write what is pending as the next part (verified), if anything is."""
+        self.last_flush = self.clock()
+        if not self.pending:
+            return
+        rows = np.asarray([r for part, _ in self.pending for r in part], dtype=np.int64)
+        data = np.concatenate([block for _, block in self.pending])
+        number = 1 + max((int(p.name.rsplit(".part", 1)[1][:-4]) for p in self.paths), default=0)
+        path = self.chunk_path.with_name(f"{self.chunk_path.stem}.part{number:04d}.npz")
+        write_verified(path, lambda handle: np.savez(handle, rows=rows, vectors=data), binary=True)
+        self.paths.append(path)
+        self.pending, self.n_pending = [], 0
+
+    def assemble(self, size: int) -> np.ndarray:
+        missing = [r for r in range(size) if r not in self.rows]
+        if missing:
+            raise ValueError(f"chunk {self.chunk_path.name}: no vector for {len(missing)} of its texts (first: "
+                             f"position {missing[0]})")
+        return np.stack([self.rows[r] for r in range(size)]).astype(self.dtype, copy=False)
+
+    def remove(self) -> None:
+        """The chunk is written: its parts go."""
+        for path in self.paths:
+            remove_verified(path)
+        self.paths, self.pending, self.n_pending = [], [], 0
+
+
+def _load_part(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            return np.asarray(archive["rows"]), np.asarray(archive["vectors"])
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
+        raise DamagedFileError(path, f"is not a part of embeddings ({type(exc).__name__}: {exc})") from None
+
+
 class _ChunkReporter:
     """``on_batch`` for one chunk: moves the bar by what the encoder reports, never past the chunk's size."""
 
@@ -241,7 +378,12 @@ def accepts_on_batch(encoder: Encoder) -> bool:
     >>> accepts_on_batch(Plain()), accepts_on_batch(Reporting())
     (False, True)
     """
-    return "on_batch" in keyword_names(encoder.encode)
+    return accepts_keyword(encoder, "on_batch")
+
+
+def accepts_keyword(encoder: Encoder, name: str) -> bool:
+    """Whether ``encoder.encode`` names the keyword ``name`` (``on_batch``, ``on_vectors``)."""
+    return name in keyword_names(encoder.encode)
 
 
 def _identity_of(path: Path) -> tuple[int, int, int, int] | None:

@@ -18,18 +18,20 @@ def make_encoder(
     *,
     device: str | None = None,
     batch_size: int | None = None,
+    batch_tokens: int | None = None,
     dtype: str | None = None,
     trust_remote_code: bool | None = None,
 ) -> Encoder:
     """The local ``Encoder`` for ``spec`` (a ``ModelSpec``, zoo name, directory or hub id).
 
     ``device``: ``auto`` (default), ``cpu``, ``cuda``, ``cuda:N`` or ``mps``. ``dtype`` overrides
-    the spec's (half precision applies on CUDA only). Remote code runs only when the spec or
+    the spec's (half precision applies on CUDA only). ``batch_tokens``: padded tokens per batch (default: the
+    spec's on CUDA, at most ``encoders.CPU_BATCH_TOKENS`` elsewhere); ``batch_size`` caps the texts of a batch. Remote code runs only when the spec or
     ``trust_remote_code=True`` asks for it.
     """
     if isinstance(spec, str):
         spec = resolve_model(spec)
-    options = {"device": device, "batch_size": batch_size, "dtype": dtype, "trust_remote_code": trust_remote_code}
+    options = {"device": device, "batch_size": batch_size, "batch_tokens": batch_tokens, "dtype": dtype, "trust_remote_code": trust_remote_code}
     if spec.backend in ("sentence-transformers", "instructor"):
         from r2med.retrievers.dense.st_encoders import SentenceTransformerEncoder
 

@@ -23,7 +23,7 @@ from r2med.errors import UsageError
 from r2med.hf import adapter_kwargs, dtype_kwargs, hub_kwargs, load_error, require
 from r2med.retrievers.dense import pooling
 from r2med.retrievers.dense.base import Kind
-from r2med.retrievers.dense.encoders import BaseEncoder
+from r2med.retrievers.dense.encoders import BaseEncoder, Prepared
 
 logger = logging.getLogger(__name__)
 
@@ -92,15 +92,15 @@ class TransformersEncoder(BaseEncoder):
 
     # -- tokenisation ----------------------------------------------------------------------------
 
-    def _tokenize(self, tower: _Tower, texts: list[str], kind: Kind) -> Any:
+    def _tokenize(self, tower: _Tower, texts: list[str], kind: Kind) -> dict[str, list[list[int]]]:
+        """The model's inputs of ``texts``, unpadded (one list of ids per text), truncated and with EOS as the
+        recipe says; ``_pad`` pads a batch of them to its own longest."""
         tokenizer, spec, length = tower.tokenizer, self.spec, self.max_length(kind)
         if spec.document_pair and kind == "document":
             titles = [""] * len(texts)
-            return tokenizer(
-                titles, texts, padding=True, truncation="longest_first", max_length=length, return_tensors="pt"
-            )
+            return dict(tokenizer(titles, texts, truncation="longest_first", max_length=length))
         if spec.eos == "none":
-            return tokenizer(texts, padding=True, truncation=True, max_length=length, return_tensors="pt")
+            return dict(tokenizer(texts, truncation=True, max_length=length))
         eos = tokenizer.eos_token_id
         if spec.eos == "append":  # BMRetriever: room for the EOS, then append it
             ids = tokenizer(
@@ -115,7 +115,13 @@ class TransformersEncoder(BaseEncoder):
         else:  # "ensure": EOS last, whether or not the tokenizer put it there
             ids = tokenizer(texts, max_length=length, truncation=True, return_token_type_ids=False)["input_ids"]
             ids = [row if row and row[-1] == eos else row[: length - 1] + [eos] for row in ids]
-        return tokenizer.pad({"input_ids": ids}, padding=True, return_attention_mask=True, return_tensors="pt")
+        return {"input_ids": ids}
+
+    @staticmethod
+    def _pad(tower: _Tower, features: dict[str, list[list[int]]], rows: list[int]) -> Any:
+        """A batch of the texts at ``rows``, padded to its longest (on the tokenizer's padding side), as tensors."""
+        batch = {key: [values[i] for i in rows] for key, values in features.items()}
+        return tower.tokenizer.pad(batch, padding=True, return_attention_mask=True, return_tensors="pt")
 
     def _prompt_length(self, tokenizer: Any, instruction: str, kind: Kind) -> int:
         """Tokens of the instruction at the start of an input, its trailing special token excluded."""
@@ -126,18 +132,35 @@ class TransformersEncoder(BaseEncoder):
 
     # -- encoding --------------------------------------------------------------------------------
 
-    def _encode_batch(self, texts: list[str], kind: Kind, instruction: str) -> np.ndarray:
+    def _prepare(self, texts: list[str], kind: Kind, instruction: str) -> Prepared:
+        tower = self._tower(kind)
+        features = self._tokenize(tower, [instruction + t for t in texts], kind)
+        prompt = self._prompt_length(tower.tokenizer, instruction, kind) if instruction and not self.spec.prompt_in_pooling else 0
+        return Prepared(texts, [len(ids) for ids in features["input_ids"]], (features, prompt))
+
+    def _inputs(self, prepared: Prepared, rows: list[int], kind: Kind) -> dict[str, Any]:
+        """The batch padded on the host (on a background thread, while the batch before it runs); on CUDA in pinned
+        memory, so that its copy to the device does not block."""
+        batch = self._pad(self._tower(kind), prepared.state[0], rows)
+        if self.device.startswith("cuda"):
+            return {key: value.pin_memory() for key, value in batch.items()}
+        return dict(batch)
+
+    def _encode_rows(self, prepared: Prepared, rows: list[int], kind: Kind, instruction: str,
+                     inputs: Any = None) -> np.ndarray:
         torch = require("torch")
         tower = self._tower(kind)
-        inputs = self._tokenize(tower, [instruction + t for t in texts], kind).to(self.device)
+        _, prompt = prepared.state
+        host = inputs if inputs is not None else self._inputs(prepared, rows, kind)
+        inputs = {key: value.to(self.device, non_blocking=True) for key, value in host.items()}
         extra = {"is_causal": False} if self.spec.bidirectional else {}
         autocast = torch.autocast("cuda", dtype=getattr(torch, self.autocast)) if self.autocast else nullcontext()
         with torch.inference_mode(), autocast:
             output = tower.model(**inputs, **extra)
             hidden = output.last_hidden_state if hasattr(output, "last_hidden_state") else output[0]
             mask = inputs["attention_mask"]
-            if instruction and not self.spec.prompt_in_pooling:
-                mask = pooling.exclude_prefix(mask, self._prompt_length(tower.tokenizer, instruction, kind))
+            if prompt:
+                mask = pooling.exclude_prefix(mask, prompt)
             vectors = pooling.pool(self.spec.pooling, hidden, mask)
             if self.spec.normalize:
                 vectors = pooling.l2_normalize(vectors)
@@ -176,9 +199,11 @@ class NVEmbedEncoder(BaseEncoder):
         config = self._load().config
         return int(getattr(config, "hidden_size", None) or config.text_config.hidden_size)
 
-    def _encode_batch(self, texts: list[str], kind: Kind, instruction: str) -> np.ndarray:
+    def _encode_rows(self, prepared: Prepared, rows: list[int], kind: Kind, instruction: str,
+                     inputs: Any = None) -> np.ndarray:
         torch = require("torch")
         length = self.spec.max_length_for(kind) or 4096
+        texts = [prepared.texts[i] for i in rows]
         with torch.inference_mode():
             vectors = self._load().encode(texts, instruction=instruction, max_length=length)
             if not torch.is_tensor(vectors):

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from r2med.batching import TextTooLongError
 from r2med.datasets.model import Dataset
 from r2med.errors import UsageError
 from r2med.retrievers.dense.base import Encoder
@@ -55,6 +56,16 @@ def compose_mean(base: np.ndarray, expanded: np.ndarray, qids: list[str], expans
     return out
 
 
+def _embed_named(cache: EmbeddingCache, encoder: Encoder, texts: list[str], ids: list[str], what: str, **kwargs):
+    """``cache.embed``; a text that does not fit in memory alone is named by its id (``document 'PMC123'``)."""
+    try:
+        return cache.embed(encoder, texts, **kwargs)
+    except TextTooLongError as exc:
+        if not 0 <= exc.index < len(ids):
+            raise
+        raise exc.relabel(f"{what} '{ids[exc.index]}'") from None
+
+
 @dataclass
 class DenseRetriever:
     """A bi-encoder over a dataset.
@@ -85,19 +96,26 @@ class DenseRetriever:
             "ignore_identical_ids": self.ignore_identical_ids,
         }
 
-    def embed_queries(self, dataset: Dataset, texts: list[str]) -> np.ndarray:
+    def embed_queries(self, dataset: Dataset, texts: list[str], qids: list[str] | None = None) -> np.ndarray:
         query_instruction, _ = self.instructions(dataset.name)
-        stored = self.cache.embed(self.encoder, texts, kind="query", instruction=query_instruction,
-                                  batch_size=self.batch_size, progress=self.progress)
+        qids = list(dataset.queries) if qids is None else qids
+        stored = _embed_named(self.cache, self.encoder, texts, qids if len(qids) == len(texts) else [], "query",
+                              kind="query", instruction=query_instruction, batch_size=self.batch_size,
+                              progress=self.progress)
         return stored.array()
+
+    def _embed_corpus(self, dataset: Dataset, doc_instruction: str):
+        corpus = dataset.corpus
+        return _embed_named(self.cache, self.encoder, list(corpus.values()), list(corpus), "document",
+                            kind="document", instruction=doc_instruction, batch_size=self.batch_size,
+                            progress=self.progress)
 
     def retrieve(self, dataset: Dataset, *, top_k: int = 100) -> Run:
         """Top ``top_k`` documents per query by cosine; with ``ignore_identical_ids`` the query's own id is skipped."""
         corpus = dataset.corpus  # a repeated document id keeps its last text, as BEIR's loader does
         doc_ids = list(corpus)
         _, doc_instruction = self.instructions(dataset.name)
-        docs = self.cache.embed(self.encoder, list(corpus.values()), kind="document", instruction=doc_instruction,
-                                batch_size=self.batch_size, progress=self.progress)
+        docs = self._embed_corpus(dataset, doc_instruction)
         qids = list(dataset.queries)
         queries = self.embed_queries(dataset, [dataset.queries[q] for q in qids])
         return self.search(qids, queries, doc_ids, docs.blocks(), top_k=top_k)
@@ -133,8 +151,7 @@ class DenseRetriever:
             logger.warning("%s: %d queries have no expansion (e.g. %r); they are searched with the query alone", dataset.name, len(missing), missing[0])
         corpus = dataset.corpus
         _, doc_instruction = self.instructions(dataset.name)
-        docs = self.cache.embed(self.encoder, list(corpus.values()), kind="document", instruction=doc_instruction,
-                                batch_size=self.batch_size, progress=self.progress)
+        docs = self._embed_corpus(dataset, doc_instruction)
         if joined:
             composed = [rule(t, expansions[q], reasoning)[0] if q in expansions else t for q, t in zip(qids, texts)]
             queries = self.embed_queries(dataset, composed)
@@ -144,7 +161,9 @@ class DenseRetriever:
 
     def _embed_expansions(self, qids: list[str], expansions: dict[str, str]) -> np.ndarray:
         texts = [expansions[q] for q in qids if q in expansions]
-        stored = self.cache.embed(self.encoder, texts, kind="query", instruction="", batch_size=self.batch_size, progress=self.progress)
+        ids = [q for q in qids if q in expansions]
+        stored = _embed_named(self.cache, self.encoder, texts, ids, "the expansion of query", kind="query",
+                              instruction="", batch_size=self.batch_size, progress=self.progress)
         return stored.array()
 
     def search(self, qids: list[str], queries: np.ndarray, doc_ids: list[str], blocks, *, top_k: int) -> Run:

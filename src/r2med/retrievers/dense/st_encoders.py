@@ -17,7 +17,7 @@ import numpy as np
 
 from r2med.hf import adapter_kwargs, dtype_kwargs, hub_kwargs, load_error, require
 from r2med.retrievers.dense.base import Kind
-from r2med.retrievers.dense.encoders import BaseEncoder
+from r2med.retrievers.dense.encoders import BaseEncoder, Prepared
 
 logger = logging.getLogger(__name__)
 
@@ -58,15 +58,31 @@ class SentenceTransformerEncoder(BaseEncoder):
         getter = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
         return int(getter())
 
-    def _encode_batch(self, texts: list[str], kind: Kind, instruction: str) -> np.ndarray:
+    def _prepare(self, texts: list[str], kind: Kind, instruction: str) -> Prepared:
+        """Token counts from the model's own tokenizer (prompt + text, truncated to its max length): they order and
+        cut the batches; sentence-transformers tokenizes each batch itself, padded to the batch's longest."""
+        model = self._model(kind)
+        length = self.spec.max_length_for(kind)
+        if length is not None:
+            model.max_seq_length = length
+        tokenizer = getattr(model, "tokenizer", None)
+        limit = model.max_seq_length
+        if tokenizer is None or not callable(tokenizer) or not isinstance(limit, int):
+            return Prepared(texts, None)
+        ids = tokenizer([instruction + t for t in texts], truncation=True, max_length=limit,
+                        return_attention_mask=False, return_token_type_ids=False)["input_ids"]
+        return Prepared(texts, [len(row) for row in ids])
+
+    def _encode_rows(self, prepared: Prepared, rows: list[int], kind: Kind, instruction: str,
+                     inputs: Any = None) -> np.ndarray:
         model = self._model(kind)
         length = self.spec.max_length_for(kind)
         if length is not None:
             model.max_seq_length = length
         return model.encode(
-            texts,
+            [prepared.texts[i] for i in rows],
             prompt=instruction,
-            batch_size=len(texts),
+            batch_size=len(rows),
             normalize_embeddings=self.spec.normalize,
             convert_to_numpy=True,
             show_progress_bar=False,

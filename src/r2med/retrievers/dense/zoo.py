@@ -83,6 +83,8 @@ class ModelSpec:
     bidirectional: bool = False
     document_pair: bool = False
     batch_size: int = 32
+    #: padded tokens per batch on a GPU (``--batch-tokens``); None: ``encoders.DEFAULT_BATCH_TOKENS``
+    batch_tokens: int | None = None
     params: str | None = None
     description: str = ""
     notes: str = ""
@@ -107,6 +109,8 @@ class ModelSpec:
                 raise UsageError(f"model '{self.name}': max length must be an integer >= 2, got {length!r}")
         if self.batch_size < 1:
             raise UsageError(f"model '{self.name}': batch size must be >= 1, got {self.batch_size}")
+        if self.batch_tokens is not None and (type(self.batch_tokens) is not int or self.batch_tokens < 1):
+            raise UsageError(f"model '{self.name}': batch tokens must be an integer >= 1, got {self.batch_tokens!r}")
         object.__setattr__(self, "query_instructions", MappingProxyType(dict(self.query_instructions)))
         object.__setattr__(self, "document_instructions", MappingProxyType(dict(self.document_instructions)))
 

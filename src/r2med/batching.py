@@ -1,0 +1,252 @@
+"""Batches cut to a token budget, and their retry on out-of-memory: shared by the local dense encoders and the
+local pointwise rerankers (one loop, not one per model family).
+
+The inputs are tokenized once up front; their token counts decide everything here. ``longest_first`` sorts them
+(stable for equal counts), ``TokenBudget.cut`` takes the next batch from that order: as many inputs as fit in
+``tokens`` *padded* tokens (a batch is padded to its own longest input, which in this order is its first) and at
+most ``texts`` inputs. ``run_batches`` runs a callable over those batches; when it raises an out-of-memory error
+(``torch.OutOfMemoryError``, CUDA's and MPS's), the budget of that batch is halved and the batch is tried again,
+every finished batch kept; the first batch that then fits is reported once (a warning naming the budget that
+worked). A single input that does not fit alone is ``TextTooLongError`` (exit 6), naming it and its token count.
+With ``prepare`` (a batch's host-side work: padding, pinning), the next batch is prepared on a background thread
+while the current one runs.
+
+torch is never imported here: an error is an out-of-memory error only if torch, already imported, says so.
+
+>>> budget = TokenBudget(tokens=10, texts=3)
+>>> lengths = [2, 5, 3, 3, 1, 1, 1, 1]
+>>> order = longest_first(lengths)
+>>> order
+[1, 2, 3, 0, 4, 5, 6, 7]
+>>> [order[s:e] for s, e in budget.plan(order, lengths)]
+[[1, 2], [3, 0, 4], [5, 6, 7]]
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from r2med.errors import ProviderError, UsageError
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: On a CPU (or MPS) a batch holds at most this many padded tokens unless asked: larger ones are no faster there.
+CPU_BATCH_TOKENS = 8192
+
+
+def device_budget(tokens: int, device: str, asked: int | None = None) -> int:
+    """The token budget on ``device``: ``asked`` when given, else ``tokens`` on CUDA and at most ``CPU_BATCH_TOKENS``
+    elsewhere.
+
+    >>> device_budget(32768, "cuda:1"), device_budget(32768, "cpu"), device_budget(32768, "cpu", asked=65536)
+    (32768, 8192, 65536)
+    """
+    if asked is not None:
+        return asked
+    return tokens if device.startswith("cuda") else min(tokens, CPU_BATCH_TOKENS)
+
+
+class TextTooLongError(ProviderError):
+    """One input alone does not fit in the device's memory (exit 6). ``index``: its position in the inputs of the
+    call that failed; ``tokens``: its token count. ``relabel`` names it better where its id is known."""
+
+    def __init__(self, index: int, tokens: int, label: str | None = None, *, device: str = "the device",
+                 what: str = "text") -> None:
+        self.index, self.tokens, self.device, self.what = index, tokens, device, what
+        self.label = label or f"{what} #{index}"
+        super().__init__(
+            f"{self.label} ({tokens:,} tokens) does not fit in the memory of {device} even alone, in a batch of "
+            f"its own; shorten it or lower the model's max length, use a smaller dtype, or a device with more memory")
+
+    def relabel(self, label: str) -> TextTooLongError:
+        """The same error naming the input as ``label`` (``"document 'PMC123'"``)."""
+        return TextTooLongError(self.index, self.tokens, label, device=self.device, what=self.what)
+
+    def shifted(self, mapping: Callable[[int], int]) -> TextTooLongError:
+        """The same error with its index mapped into an outer list of inputs (a cache chunk into the corpus)."""
+        return TextTooLongError(mapping(self.index), self.tokens, None, device=self.device, what=self.what)
+
+
+def longest_first(lengths: Sequence[int]) -> list[int]:
+    """Indices by token count, longest first; equal counts keep their input order.
+
+    >>> longest_first([3, 7, 3, 9])
+    [3, 1, 0, 2]
+    """
+    return sorted(range(len(lengths)), key=lambda i: -lengths[i])
+
+
+@dataclass
+class TokenBudget:
+    """How much one batch may hold: ``tokens`` padded tokens (None: no token limit) and ``texts`` inputs (None: no
+    limit). One object per model, kept across calls: a budget halved after an out-of-memory error stays halved."""
+
+    tokens: int | None
+    texts: int | None = None
+    #: the budget a batch ran out of memory at, until a smaller one has worked and been reported
+    _failed_at: tuple[int | None, int | None] | None = None
+
+    def __post_init__(self) -> None:
+        for name, value in (("tokens", self.tokens), ("texts", self.texts)):
+            if value is not None and (type(value) is not int or value < 1):
+                raise UsageError(f"batch {name} must be an integer >= 1, got {value!r}")
+
+    def cut(self, order: Sequence[int], start: int, lengths: Sequence[int]) -> int:
+        """The end of the batch that starts at ``order[start]``: at least one input, then as many as keep
+        (inputs x the longest one's tokens) within ``tokens`` and the count within ``texts``."""
+        longest = max(1, lengths[order[start]])
+        room = len(order) - start
+        if self.texts is not None:
+            room = min(room, self.texts)
+        if self.tokens is not None:
+            room = min(room, max(1, self.tokens // longest))
+        return start + room
+
+    def plan(self, order: Sequence[int], lengths: Sequence[int]) -> Iterator[tuple[int, int]]:
+        """``(start, end)`` of every batch over ``order`` with the budget as it is now."""
+        start = 0
+        while start < len(order):
+            end = self.cut(order, start, lengths)
+            yield start, end
+            start = end
+
+    def halve(self, rows: int, padded: int) -> None:
+        """After a batch of ``rows`` inputs and ``padded`` tokens ran out of memory: half of it from now on."""
+        if self._failed_at is None:
+            self._failed_at = (self.tokens, self.texts)
+        if self.tokens is not None:
+            self.tokens = max(1, min(self.tokens, padded) // 2)
+        else:
+            self.texts = max(1, min(self.texts or rows, rows) // 2)
+
+    def worked(self, name: str) -> None:
+        """A batch ran: after an out-of-memory error, say once which budget worked."""
+        if self._failed_at is None:
+            return
+        tokens, texts = self._failed_at
+        self._failed_at = None
+        if self.tokens is not None:
+            logger.warning("%s: out of memory at %s tokens per batch; %s tokens per batch worked and are used from "
+                           "now on (--batch-tokens %d starts there)", name, _count(tokens), _count(self.tokens),
+                           self.tokens)
+        else:
+            logger.warning("%s: out of memory at %s texts per batch; %d texts per batch worked and are used from now "
+                           "on (--batch-size %d starts there)", name, _count(texts), self.texts, self.texts)
+
+
+def _count(value: int | None) -> str:
+    return "unlimited" if value is None else f"{value:,}"
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` is torch's out-of-memory error (CUDA: ``torch.OutOfMemoryError``; MPS: a RuntimeError
+    saying so). Without torch imported nothing is.
+
+    >>> is_out_of_memory(MemoryError()), is_out_of_memory(ValueError("out of memory"))
+    (False, False)
+    """
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    oom = getattr(torch, "OutOfMemoryError", None) or getattr(getattr(torch, "cuda", None), "OutOfMemoryError", None)
+    if oom is not None and isinstance(exc, oom):
+        return True
+    return isinstance(exc, RuntimeError) and str(exc).startswith("MPS backend out of memory")
+
+
+def _release_memory() -> None:
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def run_batches(
+    lengths: Sequence[int],
+    run: Callable[[Any], T],
+    budget: TokenBudget,
+    *,
+    name: str,
+    device: str = "the device",
+    what: str = "text",
+    prepare: Callable[[list[int]], Any] | None = None,
+) -> Iterator[tuple[list[int], T]]:
+    """``(rows, run(prepare(rows)))`` for every batch of the inputs of ``lengths`` (token counts), longest first, cut
+    by ``budget``; an out-of-memory error halves the budget and runs the batch again (see the module docstring).
+
+    ``prepare`` (default: the rows themselves) is a batch's host-side work (padding, pinning): with it, the next
+    batch is prepared on a background thread while ``run`` runs the current one, so the device does not wait for
+    the host; a prepared batch that the budget no longer cuts the same way (after an out-of-memory error) is
+    prepared again. Lazy: a caller that stops iterating stops the work; what it has received is done.
+    """
+    order = longest_first(lengths)
+    executor = ThreadPoolExecutor(1, thread_name_prefix="r2med-batch") if prepare is not None else None
+    make = prepare if prepare is not None else (lambda rows: rows)
+    ahead: tuple[int, int, Future] | None = None  # (start, end, the prepared batch) of the next batch
+    start = 0
+    try:
+        while start < len(order):
+            end = budget.cut(order, start, lengths)
+            rows = order[start:end]
+            if ahead is not None and ahead[:2] == (start, end):
+                inputs = ahead[2].result()
+            else:
+                if ahead is not None:
+                    ahead[2].cancel()
+                inputs = make(rows)
+            ahead = None
+            if executor is not None and end < len(order):
+                following = budget.cut(order, end, lengths)
+                ahead = (end, following, executor.submit(make, order[end:following]))
+            try:
+                result = run(inputs)
+            except Exception as exc:
+                if not is_out_of_memory(exc):
+                    raise
+                out_of_memory = True  # retried below, outside this block: the traceback's tensors are freed first
+            else:
+                out_of_memory = False
+            del inputs
+            if out_of_memory:
+                _release_memory()
+                if len(rows) == 1:
+                    raise TextTooLongError(rows[0], lengths[rows[0]], device=device, what=what) from None
+                budget.halve(len(rows), len(rows) * max(1, lengths[rows[0]]))
+                continue
+            budget.worked(name)
+            start = end
+            yield rows, result
+    finally:
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=True)
+
+
+def run_in_order(
+    lengths: Sequence[int],
+    run: Callable[[list[int]], Sequence[T]],
+    budget: TokenBudget,
+    *,
+    name: str,
+    device: str = "the device",
+    what: str = "text",
+    prepare: Callable[[list[int]], Any] | None = None,
+) -> list[T]:
+    """Every input's result, in input order: ``run(prepare(rows))`` returns one result per row of a batch
+    (``run_batches``).
+
+    >>> run_in_order([1, 3, 2], lambda rows: [10 * r for r in rows], TokenBudget(tokens=4), name="demo")
+    [0, 10, 20]
+    """
+    out: list[T | None] = [None] * len(lengths)
+    for rows, results in run_batches(lengths, run, budget, name=name, device=device, what=what, prepare=prepare):
+        if len(results) != len(rows):
+            raise RuntimeError(f"{name}: {len(results)} results for a batch of {len(rows)}")
+        for row, result in zip(rows, results):
+            out[row] = result
+    return out  # type: ignore[return-value]  # every row is in one batch

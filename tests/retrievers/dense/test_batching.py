@@ -1,0 +1,119 @@
+"""r2med.batching: the token-budget loop the encoders and rerankers share, its out-of-memory retry, and the host
+work of the next batch done on a background thread (issue 36, items 1, 2 and 5)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from r2med.batching import TextTooLongError, TokenBudget, longest_first, run_batches, run_in_order
+
+LENGTHS = [5, 40, 12, 40, 3, 9, 22, 7, 30, 1]
+
+
+def test_batches_hold_at_most_the_budget_in_padded_tokens_longest_first():
+    budget = TokenBudget(tokens=80, texts=3)
+    batches = [rows for rows, _ in run_batches(LENGTHS, lambda rows: rows, budget, name="t")]
+    assert batches == [[1, 3], [8, 6], [2, 5, 7], [0, 4, 9]]  # 2x40, 2x30, 3x12, 3x5 (the cap of 3)
+    assert [i for rows in batches for i in rows] == longest_first(LENGTHS)
+
+
+def test_the_next_batch_is_prepared_on_a_background_thread_with_the_same_results():
+    threads: list[str] = []
+
+    def prepare(rows):
+        threads.append(threading.current_thread().name)
+        return [10 * r for r in rows]
+
+    budget = TokenBudget(tokens=80)
+    with_thread = run_in_order(LENGTHS, lambda xs: [x + 1 for x in xs], budget, name="t", prepare=prepare)
+    assert with_thread == [10 * r + 1 for r in range(len(LENGTHS))]
+    assert threads[0] == threading.current_thread().name and len(threads) > 2
+    assert all(name.startswith("r2med-batch") for name in threads[1:])
+
+
+def test_a_batch_prepared_ahead_is_prepared_again_when_out_of_memory_changes_the_cut():
+    torch = pytest.importorskip("torch")
+    prepared: list[list[int]] = []
+
+    def prepare(rows):
+        prepared.append(rows)
+        return rows
+
+    ran: list[list[int]] = []
+
+    def run(rows):
+        ran.append(rows)
+        if len(rows) * LENGTHS[rows[0]] > 50:
+            raise torch.OutOfMemoryError("CUDA out of memory")
+        return [LENGTHS[r] for r in rows]
+
+    budget = TokenBudget(tokens=200)
+    out = run_in_order(LENGTHS, run, budget, name="t", prepare=prepare)
+    # 5 x 40 = 200 tokens ran out of memory, then 2 x 40 (half: 100), then one text of 40 (half: 40) fit
+    assert out == LENGTHS and budget.tokens == 40
+    assert ran[:3] == [[1, 3, 8, 6, 2], [1, 3], [1]]
+    # the batches prepared ahead with the larger budgets (from position 5, then from 2) were never run: after each
+    # halving the next batch was prepared again as the new budget cuts it
+    # (a preparation cancelled before it started is not called at all)
+    assert [5, 7, 0, 4, 9] not in ran and [8, 6, 2] not in ran
+    assert all(rows in prepared for rows in ran)
+    assert all(len(rows) * LENGTHS[rows[0]] <= 40 or len(rows) == 1 for rows in ran[2:])
+
+
+def test_one_input_that_does_not_fit_alone_is_exit_6():
+    torch = pytest.importorskip("torch")
+
+    def run(rows):
+        if max(LENGTHS[r] for r in rows) > 30:
+            raise torch.OutOfMemoryError("CUDA out of memory")
+        return rows
+
+    with pytest.raises(TextTooLongError) as caught:
+        run_in_order(LENGTHS, run, TokenBudget(tokens=1000), name="t", what="pair", device="cuda:0")
+    assert caught.value.exit_code == 6 and (caught.value.index, caught.value.tokens) == (1, 40)
+    assert str(caught.value).startswith("pair #1 (40 tokens) does not fit in the memory of cuda:0 even alone")
+
+
+def test_an_error_while_preparing_ahead_reaches_the_caller():
+    def prepare(rows):
+        if 4 in rows:
+            raise ValueError("cannot pad")
+        return rows
+
+    with pytest.raises(ValueError, match="cannot pad"):
+        run_in_order(LENGTHS, lambda rows: rows, TokenBudget(tokens=80), name="t", prepare=prepare)
+
+
+def test_other_errors_are_not_retried():
+    calls = []
+
+    def run(rows):
+        calls.append(rows)
+        raise RuntimeError("a CUDA kernel failed")
+
+    with pytest.raises(RuntimeError, match="kernel"):
+        run_in_order(LENGTHS, run, TokenBudget(tokens=80), name="t")
+    assert len(calls) == 1
+
+
+@pytest.mark.gpu
+def test_on_cuda_batches_are_pinned_and_the_vectors_match_the_cpu():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    import numpy as np
+
+    from conftest import DATA
+    from r2med.retrievers.dense.factory import make_encoder
+    from r2med.retrievers.dense.zoo import ModelSpec
+
+    spec = ModelSpec(name="tiny", model=str(DATA / "dense" / "tiny-bert"), backend="transformers", pooling="mean")
+    texts = [" ".join(["fever"] * (1 + i % 30)) for i in range(200)]
+    gpu = make_encoder(spec, device="cuda", batch_tokens=512)
+    prepared = gpu._prepare(texts, "document", "")
+    assert all(t.is_pinned() for t in gpu._inputs(prepared, [0, 1], "document").values())
+    got = gpu.encode(texts, kind="document")
+    expected = make_encoder(spec, device="cpu").encode(texts, kind="document")
+    assert np.abs(got - expected).max() <= 1e-4
