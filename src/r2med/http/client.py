@@ -127,6 +127,23 @@ def _whole(answer: dict[str, Any], attempts: int) -> dict[str, Any]:
     return answer
 
 
+class _NotUTF8(str):
+    """A 2xx answer's text (bad bytes shown as U+FFFD, for the message) that was not UTF-8: refused as malformed."""
+
+
+def _is_utf8(body: bytes | bytearray) -> bool:
+    """Whether ``body`` is valid UTF-8.
+
+    >>> _is_utf8(b'{"text": "caf\\xc3\\xa9"}'), _is_utf8(b'{"text": "caf\\xe9"}')
+    (True, False)
+    """
+    try:
+        bytes(body).decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def _chain(exc: BaseException) -> list[BaseException]:
     seen: list[BaseException] = []
     current: BaseException | None = exc
@@ -260,6 +277,8 @@ class JsonClient:
                     outcome.value = sent[2]
                     return
                 try:
+                    if isinstance(sent[2], _NotUTF8):
+                        raise BadAnswer(f"answer is not UTF-8, which JSON must be: {excerpt(sent[2])!r}")
                     outcome.value = parse(self._decoded(json_object(sent[2]), sent[2], url), attempt + 1)
                     return
                 except BadAnswer as exc:
@@ -377,7 +396,12 @@ class JsonClient:
         headers: Any = response.headers
         if "location" in headers:  # a redirect not followed: where it points, fit for a message
             headers = {**dict(headers), "location": self._shown_url(_joined(url, headers["location"]))}
-        return response.status_code, headers, self._secret.covering(url).redact(text)
+        text = self._secret.covering(url).redact(text)
+        if 200 <= response.status_code < 300 and not _is_utf8(body):
+            # JSON between systems is UTF-8 (RFC 8259, 8.1): an answer that is not is malformed, under every command
+            # and protocol alike (never read with its bad bytes replaced: the model did not write U+FFFD)
+            text = _NotUTF8(text)
+        return response.status_code, headers, text
 
     async def _read(self, response: Any, max_bytes: int | None, raw: bool) -> bytearray:
         """The body of ``response``, read as far as its cap: a 2xx answer past ``max_bytes`` (default
