@@ -166,3 +166,18 @@ def test_cli_evaluate_exit_5_names_the_line(tmp_path, capsys) -> None:
     err = capsys.readouterr().err
     assert code == 5
     assert f"{run}:1: score '0_9' is not a number trec_eval reads (it holds '_'" in err
+
+
+def test_jsonl_files_are_written_in_strict_json(tmp_path):
+    """Every JSON-lines file the stages write (``write_jsonl_atomic``: the agent's trajectories beside its run, stage
+    products) refuses NaN and Infinity naming the file, and leaves no file behind (issue 35, finding 3's class)."""
+    from r2med.errors import InvalidInputError
+    from r2med.io.atomic import write_jsonl_atomic
+
+    path = tmp_path / "rows.jsonl"
+    write_jsonl_atomic(path, [{"score": 1.5, "text": "é"}])
+    assert path.read_text(encoding="utf-8") == '{"score": 1.5, "text": "é"}\n'
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        with pytest.raises(InvalidInputError, match=r"rows2.jsonl: not written: Out of range float values"):
+            write_jsonl_atomic(tmp_path / "rows2.jsonl", [{"ok": 1}, {"score": bad}])
+        assert not (tmp_path / "rows2.jsonl").exists()

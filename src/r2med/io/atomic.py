@@ -172,9 +172,19 @@ def write_text_atomic(path: Path, text: str) -> Path:
 
 
 def write_jsonl_atomic(path: Path, rows: Iterable[dict[str, Any]]) -> Path:
-    """Write ``rows`` as JSON lines (UTF-8, non-ASCII kept) to ``path`` atomically."""
+    """Write ``rows`` as JSON lines (UTF-8, non-ASCII kept) to ``path`` atomically, in strict JSON: a NaN or
+    infinite number is an InvalidInputError naming the file and nothing is written (Python's ``json`` would write
+    the literal ``NaN``, which strict readers refuse)."""
+    from r2med.errors import InvalidInputError
+
     def body(handle: IO[str]) -> None:
         for row in rows:
-            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+            handle.write(json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n")
 
-    return write_atomic(path, body)
+    try:
+        return write_atomic(path, body)
+    except ValueError as exc:
+        if "JSON compliant" not in str(exc):
+            raise
+        raise InvalidInputError(f"{path}: not written: {exc}; JSON has no such number (a strict reader refuses "
+                                "NaN and Infinity)") from None
