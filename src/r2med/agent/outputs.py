@@ -17,7 +17,7 @@ from typing import Any
 from r2med.agent import styles as st
 from r2med.agent.config import STOP_REASONS, AgentConfig
 from r2med.datasets.model import Dataset
-from r2med.errors import InvalidInputError
+from r2med.io.atomic import strict_json, write_strict  # noqa: F401 - the agent's files are strict JSON
 from r2med.store.expansions import EXPANSION_FILE  # noqa: F401 - an agent's folder holds the official file
 from r2med.types import Run
 
@@ -26,49 +26,6 @@ TRAJECTORIES_FILE = "trajectories.jsonl"
 SUMMARY_FILE = "summary.json"
 #: RRF's k for the agent's own ranking (the usual 60)
 RRF_K = 60
-
-
-def strict_json(value: Any, **options: Any) -> str:
-    """``value`` as strict JSON (RFC 8259): no ``NaN`` or ``Infinity``, which Python's ``json`` would write and strict
-    readers refuse (ValueError instead); non-ASCII kept, except in a text with a lone surrogate (kept as its escape,
-    losslessly, since UTF-8 cannot hold it).
-
-    >>> strict_json({"s": [1.5, "é"]}), strict_json("\\ud800")
-    ('{"s": [1.5, "é"]}', '"\\\\ud800"')
-    >>> strict_json([float("nan")])  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    ...
-    ValueError: Out of range float values are not JSON compliant...
-    """
-    line = json.dumps(value, ensure_ascii=False, allow_nan=False, **options)
-    try:
-        line.encode("utf-8")
-    except UnicodeEncodeError:
-        line = json.dumps(value, allow_nan=False, **options)
-    return line
-
-
-def write_strict(path: Path, rows: Iterable[Any] | None = None, *, document: Any = None) -> Path:
-    """Write ``rows`` as JSON lines, or ``document`` as one indented JSON document, to ``path`` atomically, in strict
-    JSON (``strict_json``). A number that is NaN or infinite is an InvalidInputError naming the file, and nothing is
-    written: every number the agent records is checked where it comes in (a retrieval server's scores:
-    ``r2med.agent.remote``), so this is the last guard, not the rule."""
-    from r2med.io.atomic import write_atomic
-
-    def body(handle: Any) -> None:
-        if rows is None:
-            handle.write(strict_json(document, indent=2, default=str))
-            return
-        for row in rows:
-            handle.write(strict_json(row) + "\n")
-
-    try:
-        return write_atomic(path, body)
-    except ValueError as exc:
-        if "JSON compliant" not in str(exc):
-            raise
-        raise InvalidInputError(f"{path}: not written: {exc}; JSON has no such number (a strict reader refuses "
-                                "NaN and Infinity)") from None
 
 
 @dataclass

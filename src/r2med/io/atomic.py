@@ -171,15 +171,39 @@ def write_text_atomic(path: Path, text: str) -> Path:
     return write_atomic(path, lambda handle: handle.write(text))
 
 
-def write_jsonl_atomic(path: Path, rows: Iterable[dict[str, Any]]) -> Path:
-    """Write ``rows`` as JSON lines (UTF-8, non-ASCII kept) to ``path`` atomically, in strict JSON: a NaN or
-    infinite number is an InvalidInputError naming the file and nothing is written (Python's ``json`` would write
-    the literal ``NaN``, which strict readers refuse)."""
+def strict_json(value: Any, **options: Any) -> str:
+    """``value`` as strict JSON (RFC 8259): no ``NaN`` or ``Infinity``, which Python's ``json`` would write and strict
+    readers refuse (ValueError instead); non-ASCII kept, except in a text with a lone surrogate (kept as its escape,
+    losslessly, since UTF-8 cannot hold it).
+
+    >>> strict_json({"s": [1.5, "é"]}), strict_json("\\ud800")
+    ('{"s": [1.5, "é"]}', '"\\\\ud800"')
+    >>> strict_json([float("nan")])  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: Out of range float values are not JSON compliant...
+    """
+    line = json.dumps(value, ensure_ascii=False, allow_nan=False, **options)
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError:
+        line = json.dumps(value, allow_nan=False, **options)
+    return line
+
+
+def write_strict(path: Path, rows: Iterable[Any] | None = None, *, document: Any = None) -> Path:
+    """Write ``rows`` as JSON lines, or ``document`` as one indented JSON document, to ``path`` atomically, in strict
+    JSON (``strict_json``). A number that is NaN or infinite is an InvalidInputError naming the file, and nothing is
+    written: numbers are checked where they come in (a retrieval server's scores, a run file's), so this is the last
+    guard, not the rule."""
     from r2med.errors import InvalidInputError
 
     def body(handle: IO[str]) -> None:
+        if rows is None:
+            handle.write(strict_json(document, indent=2, default=str))
+            return
         for row in rows:
-            handle.write(json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n")
+            handle.write(strict_json(row) + "\n")
 
     try:
         return write_atomic(path, body)
@@ -188,3 +212,9 @@ def write_jsonl_atomic(path: Path, rows: Iterable[dict[str, Any]]) -> Path:
             raise
         raise InvalidInputError(f"{path}: not written: {exc}; JSON has no such number (a strict reader refuses "
                                 "NaN and Infinity)") from None
+
+
+def write_jsonl_atomic(path: Path, rows: Iterable[dict[str, Any]]) -> Path:
+    """Write ``rows`` as JSON lines (UTF-8, non-ASCII kept) to ``path`` atomically, in strict JSON (``write_strict``:
+    a NaN or infinite number is an InvalidInputError naming the file, and nothing is written)."""
+    return write_strict(path, rows)
