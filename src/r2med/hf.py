@@ -47,8 +47,8 @@ _PURPOSES = {"dense": "dense retrieval", "rerank": "reranking"}
 def require(module: str, extra: str = "dense", purpose: str | None = None) -> Any:
     """Import ``module`` (torch, transformers, sentence_transformers, peft) or raise ``MissingExtraError``.
 
-    The error names the command that installs EXTRA as r2med was installed (``r2med.installed``; ``dense`` by default, ``rerank`` for the
-    rerankers) and ``purpose``, what the package is needed for (by default the extra's).
+    The error names the command that installs EXTRA as r2med was installed (``r2med.installed``; ``dense`` by
+    default, ``rerank`` for the rerankers) and ``purpose``, what the package is needed for (by default the extra's).
     """
     try:
         return importlib.import_module(module)
