@@ -30,7 +30,7 @@ logger = logging.getLogger(__name__)
 #: what to do about a product's folder that cannot be written, or that another process is writing
 FOLDER_FIX = "make it writable, or set R2MED_HOME (or the command's output folder) to a writable directory"
 BUSY_FIX = ("wait for it to finish (it writes the same files: this run changed nothing), or give this run its own "
-            "folder (--llm-name, --out)")
+            "folder (--llm-name, --output)")
 
 #: a dataset, or a zero-argument loader called when its turn comes
 DatasetSource = Dataset | Callable[[], Dataset]
