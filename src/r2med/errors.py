@@ -43,7 +43,8 @@ class MissingExtraError(R2MedError):
 
         what = f" for {purpose}" if purpose else ""
         super().__init__(
-            f"the Python package '{module}' is needed{what} but is not installed; install it with: {install_command(extra)}"
+            f"the Python package '{module}' is needed{what} but is not installed; "
+            f"install it with: {install_command(extra)}"
         )
         self.module = module
         self.extra = extra

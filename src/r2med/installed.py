@@ -33,7 +33,8 @@ __all__ = ["install_command", "install_command_for"]
 PACKAGE_DIR = Path(__file__).resolve().parent
 
 
-def install_command_for(extra: str, *, checkout: Path | str | None = None, direct_url: dict[str, Any] | None = None) -> str:
+def install_command_for(extra: str, *, checkout: Path | str | None = None,
+                        direct_url: dict[str, Any] | None = None) -> str:
     """The ``pip`` command that installs ``extra`` for an r2med imported from ``checkout`` (a source tree, or None)
     and installed as ``direct_url`` says (PEP 610's ``direct_url.json``, None when pip recorded none: an index).
 

@@ -189,6 +189,8 @@ def _compute(stage: Stage, dataset: Dataset, config: dict[str, Any], output: Pat
         for suffix, rows in artifacts.items():
             write_jsonl_atomic(artifact_paths[suffix], rows)
         files = write_result(output, stage.where, dataset.name, scores, run, seconds=seconds)
+    for suffix, note in getattr(stage, "artifact_notes", lambda _: [])(dataset):  # "see the window log": which file it is
+        logger.warning("%s %s", note, artifact_paths[suffix])
     timings = {"search": searched - start, "evaluate": time.perf_counter() - searched, "total": seconds}
     details = stage.details(dataset)
     members = {path.name: digest for path, digest in written.items()}
