@@ -6,15 +6,15 @@ README's ``pip install -e .``) pip would look for ``r2med`` on the index and fai
 for r2med``); there the extra comes from the checkout itself. What pip recorded (PEP 610's ``direct_url.json`` in
 the installed distribution) says which:
 
-=========================================  =================================================================
-installed from                             the command
-=========================================  =================================================================
-an index (a wheel or sdist, no record)     ``pip install "r2med[X]"``
-a checkout, editable (``pip install -e``)  ``pip install -e "<checkout>[X]"``
-a checkout, not editable (``pip install .``) ``pip install "<checkout>[X]"``
-a VCS URL (``git+https://...``)            ``pip install "r2med[X] @ git+https://...@<commit>"``
-an archive (a wheel or sdist file, a URL)  ``pip install "r2med[X] @ <its URL>"``
-=========================================  =================================================================
+============================================  =====================================================
+installed from                                the command
+============================================  =====================================================
+an index (a wheel or sdist, no record)        ``pip install "r2med[X]"``
+a checkout, editable (``pip install -e``)     ``pip install -e "<checkout>[X]"``
+a checkout, not editable (``pip install .``)  ``pip install "<checkout>[X]"``
+a VCS URL (``git+https://...``)               ``pip install "r2med[X] @ git+https://...@<commit>"``
+an archive (a wheel or sdist file, a URL)     ``pip install "r2med[X] @ <its URL>"``
+============================================  =====================================================
 
 r2med imported from a checkout's ``src/`` (``PYTHONPATH=src``, or an editable install) is that checkout, whatever
 pip recorded for another copy.
