@@ -47,13 +47,17 @@ _PURPOSES = {"dense": "dense retrieval", "rerank": "reranking"}
 def require(module: str, extra: str = "dense", purpose: str | None = None) -> Any:
     """Import ``module`` (torch, transformers, sentence_transformers, peft) or raise ``MissingExtraError``.
 
-    The error names ``pip install "r2med[EXTRA]"`` (``dense`` by default, ``rerank`` for the
-    rerankers) and ``purpose``, what the package is needed for (by default the extra's).
+    The error names the command that installs EXTRA as r2med was installed (``r2med.installed``; ``dense`` by
+    default, ``rerank`` for the rerankers) and ``purpose``, what the package is needed for (by default the extra's).
     """
     try:
-        return importlib.import_module(module)
+        imported = importlib.import_module(module)
     except ImportError as exc:
         raise MissingExtraError(_PACKAGES.get(module, module), extra, purpose or _PURPOSES.get(extra, extra)) from exc
+    from r2med.io.progress import others_imported
+
+    others_imported()  # a model loaded under r2med's bar draws no bar of its own ("Loading weights", a download)
+    return imported
 
 
 def resolve_device(device: str | None) -> str:

@@ -141,7 +141,7 @@ def _launch(playwright):
 def test_report_in_headless_chromium(page_html, tmp_path):
     if not CHROMIUM.exists():
         pytest.skip(f"{CHROMIUM} is not installed (run .ci/install-browser)")
-    sync_api = pytest.importorskip("playwright.sync_api", reason='Playwright is not installed (pip install "r2med[report]")')
+    sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright is not installed (the test extra)")
     url = page_html.as_uri()
     with sync_api.sync_playwright() as p:
         browser = _launch(p)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from r2med.cli.args import csv_list
+from r2med.cli.args import csv_list, hidden_alias
 from r2med.cli.leaderboard import add_command_parser, add_format_options, emit, output_format
 from r2med.errors import UsageError
 
@@ -40,9 +40,10 @@ def register(subparsers, common_parent: argparse.ArgumentParser | None = None) -
     parser.add_argument("b", metavar="B", help="second system")
     parser.add_argument("--results", type=Path, default=Path("results"),
                         help="result directory that A and B are paths in (default ./results)")
-    parser.add_argument("--tasks", "--datasets", dest="tasks", type=csv_list, default=None, metavar="NAMES",
+    parser.add_argument("--tasks", dest="tasks", type=csv_list, default=None, metavar="NAMES",
                         help="comma-separated datasets, any collection ('r2med' = R2MED's eight; default: every "
                              "dataset either system has)")
+    hidden_alias(parser, "--datasets", "--tasks")  # one name for the datasets in every command (issue 38)
     parser.add_argument("--metric", default="ndcg_at_10", help="official key (default ndcg_at_10)")
     parser.add_argument("--n-resamples", type=int, default=10000, help="permutations and bootstrap resamples (default 10000)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random generator (default 0)")

@@ -1,4 +1,4 @@
-"""``r2med leaderboard [RESULT_DIRS...] [--with-paper] [--datasets NAMES] [--by dataset|task|body-system]
+"""``r2med leaderboard [RESULT_DIRS...] [--with-paper] [--tasks NAMES] [--by dataset|task|body-system]
 [--data-dir DIR] [--metric ndcg_at_10] [--format md|csv|latex|html|json] [--json]``."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from r2med.cli.args import csv_list
+from r2med.cli.args import csv_list, hidden_alias
 from r2med.errors import UsageError
 
 
@@ -103,9 +103,10 @@ def register(subparsers, common_parent: argparse.ArgumentParser | None = None) -
                         help="result directories (default ./results, where 'r2med run' writes)")
     parser.add_argument("--with-paper", action="store_true", help="add the published numbers (source 'paper') and the public leaderboard (its averages in "
                              "column 'leaderboard'; its rows without per-dataset numbers as source 'leaderboard')")
-    parser.add_argument("--datasets", "--tasks", dest="datasets", type=csv_list, default=None, metavar="NAMES",
+    parser.add_argument("--tasks", dest="datasets", type=csv_list, default=None, metavar="NAMES",
                         help="comma-separated datasets to show; 'r2med' = R2MED's eight, 'all' = every dataset held "
                              "(default: every dataset the results hold)")
+    hidden_alias(parser, "--datasets", "--tasks")  # one name for the datasets in every command (issue 38)
     parser.add_argument("--by", choices=BY, default="dataset",
                         help="value columns: one per dataset (default), per R2MED task (the mean of its datasets), "
                              "or per body system (per-query values of the queries with each; needs the query files)")

@@ -9,7 +9,7 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from r2med.cli.args import csv_list, emit_json
+from r2med.cli.args import csv_list, emit_json, hidden_alias
 from r2med.cli.leaderboard import add_command_parser
 from r2med.errors import UsageError
 
@@ -91,9 +91,10 @@ def register(subparsers, common_parent: argparse.ArgumentParser | None = None) -
     parser.add_argument("--b", default=None, metavar="SYSTEM", help="system path of B")
     parser.add_argument("--metric", default="ndcg_at_10", help="official key (default ndcg_at_10)")
     parser.add_argument("--with-paper", action="store_true", help="add the published systems to the leaderboard")
-    parser.add_argument("--datasets", "--tasks", dest="datasets", type=csv_list, default=None, metavar="NAMES",
+    parser.add_argument("--tasks", dest="datasets", type=csv_list, default=None, metavar="NAMES",
                         help="comma-separated datasets to show; 'r2med' = R2MED's eight, 'all' = every dataset held "
                              "(default: every dataset the results hold)")
+    hidden_alias(parser, "--datasets", "--tasks")  # one name for the datasets in every command (issue 38)
     parser.add_argument("--data-dir", type=Path, default=None,
                         help="dataset directories for query/document texts and judgements (default: the directory each "
                              "result's manifest records, checked against its file hashes, else the hub cache)")

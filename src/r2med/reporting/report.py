@@ -402,6 +402,17 @@ def build_report(result_dir: Path, options: ReportOptions = ReportOptions(), *, 
     )
 
 
+def _texts_dir(dataset: str, found: Sequence[SystemResults], options: ReportOptions,
+               settings: Settings) -> tuple[Path | None, str | None]:
+    """Where the report finds ``dataset``'s files, as the drill-down does: --data-dir, else the directory the results'
+    manifests record, else the hub cache; and why not, when nowhere (issue 38: the note must say what is true)."""
+    picks = [(s.system, s) for s in found if not s.published]
+    recorded = None if options.data_dir is not None else recorded_dataset(dataset, picks)
+    if recorded is None:
+        return dataset_dir(dataset, options.data_dir, settings)
+    return recorded[0], recorded[1]
+
+
 def _breakdowns(rows: Sequence[Row], found: Sequence[SystemResults], options: ReportOptions,
                 settings: Settings) -> list[dict]:
     """The report's tables by task and by body system: ``{"title", "id", "board", "legend", "note"}`` each, a note
@@ -413,7 +424,8 @@ def _breakdowns(rows: Sequence[Row], found: Sequence[SystemResults], options: Re
             if by == "task" and not task_members(rows[0].datasets):
                 raise MissingResourceError("no R2MED dataset shown: only R2MED's datasets have a task")
             breakdown = by_task(rows) if by == "task" else by_body_system(
-                rows, found, metric=options.metric, data_dir=options.data_dir, settings=settings)
+                rows, found, metric=options.metric, data_dir=options.data_dir, settings=settings,
+                locate=lambda name: _texts_dir(name, found, options, settings))
         except (MissingResourceError, InvalidInputError) as exc:
             section["note"] = f"{title.lower()}: not shown: {str(exc).removeprefix(f'--by {by}: ')}"
             out.append(section)
