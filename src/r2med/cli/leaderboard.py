@@ -70,17 +70,19 @@ def default_result_dirs(given: Sequence[Path], with_paper: bool) -> list[Path]:
 def cmd_leaderboard(args: argparse.Namespace) -> int:
     from r2med.reporting.breakdown import by_body_system, by_task
     from r2med.reporting.board import format_leaderboard
-    from r2med.reporting.leaderboard import gather, rows_of
+    from r2med.reporting.leaderboard import RefusedResultsError, gather_all, rows_of
 
     fmt = output_format(args)
-    systems = gather(default_result_dirs(args.result_dirs, args.with_paper), with_paper=args.with_paper)
+    systems, refused = gather_all(default_result_dirs(args.result_dirs, args.with_paper), with_paper=args.with_paper)
     rows = rows_of(systems, args.metric, args.datasets)
     breakdown = None
     if args.by == "task":
         breakdown = by_task(rows)
     elif args.by == "body-system":
         breakdown = by_body_system(rows, systems, metric=args.metric, data_dir=args.data_dir)
-    emit(format_leaderboard(rows, fmt, metric=args.metric, breakdown=breakdown), args.output)
+    emit(format_leaderboard(rows, fmt, metric=args.metric, breakdown=breakdown, refused=refused), args.output)
+    if refused:  # the verified systems are shown; then the ones left out, and exit 5
+        raise RefusedResultsError(refused, shown=len(rows), written=args.output)
     return 0
 
 

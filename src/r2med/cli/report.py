@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from r2med.reporting.leaderboard import RefusedResultsError
     from r2med.reporting.report import ReportOptions, write_report
 
     for name in ("top", "max_doc_chars", "n_resamples"):
@@ -30,26 +31,35 @@ def cmd_report(args: argparse.Namespace) -> int:
         top=args.top, max_doc_chars=args.max_doc_chars, max_queries=args.max_queries,
         n_resamples=args.n_resamples, seed=args.seed, datasets=tuple(args.datasets) if args.datasets else None,
     )
+    refused: RefusedResultsError | None = None
     with collected_warnings() if args.json else nullcontext([]) as warnings:
-        path = write_report(args.result_dir, args.output, options)
+        try:
+            path = write_report(args.result_dir, args.output, options)
+        except RefusedResultsError as exc:  # the page shows the others: say where it is, then what was left out
+            if exc.written is None:
+                raise
+            path, refused = exc.written, exc
     if args.json:
         emit_json(report_summary(path, args.result_dir, options, warnings))
     else:
         print(path)
+    if refused is not None:
+        raise refused
     return 0
 
 
 def report_summary(path: Path, result_dir: Path, options: ReportOptions, warnings: list[str]) -> dict:
     """What ``--json`` prints: the page written, the systems of ``result_dir`` and the datasets it shows (the
     leaderboard's order), how many published systems it adds, and the warnings said while writing it."""
-    from r2med.reporting.leaderboard import build_rows, discover, paper_results, shown_datasets
+    from r2med.reporting.leaderboard import build_rows, paper_results, shown_datasets, survey
 
-    rows = build_rows(discover(Path(result_dir)) + (paper_results() if options.with_paper else []), options.metric,
-                      options.datasets)
+    found, refused = survey(Path(result_dir))
+    rows = build_rows(found + (paper_results() if options.with_paper else []), options.metric, options.datasets)
     return {"report": str(path), "result_dir": str(result_dir), "metric": options.metric,
             "systems": [r.system for r in rows if not r.published],
             "published_systems": sum(r.published for r in rows), "datasets": list(shown_datasets(rows)),
-            "warnings": list(dict.fromkeys(warnings))}
+            "warnings": list(dict.fromkeys(warnings)),
+            **({"refused": [{"system": r.system, "problems": list(r.problems)} for r in refused]} if refused else {})}
 
 
 @contextmanager

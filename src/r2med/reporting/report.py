@@ -30,7 +30,15 @@ from r2med.io.jsonsafe import JSONLimitError, loads
 from r2med.reporting.breakdown import by_body_system, by_task, dataset_dir, task_members
 from r2med.reporting.compare import SystemSource, compare_systems, comparison_rows
 from r2med.reporting.board import board, legend_text
-from r2med.reporting.leaderboard import Row, SystemResults, discover, paper_results, rows_of
+from r2med.reporting.leaderboard import (
+    Refused,
+    RefusedResultsError,
+    Row,
+    SystemResults,
+    paper_results,
+    rows_of,
+    survey,
+)
 from r2med.reporting.plots import leaderboard_svg, win_loss_svg
 from r2med.reporting.render import render_template
 from r2med.reporting.tables import pct
@@ -347,16 +355,25 @@ def _names_of(dataset: str) -> set[str]:
 
 
 def build_report(result_dir: Path, options: ReportOptions = ReportOptions(), *, settings: Settings | None = None) -> str:
-    """The report page (HTML text) for the systems under ``result_dir``."""
+    """The report page (HTML text) for the systems under ``result_dir`` that can be shown; the page names the
+    systems whose results cannot be used (:func:`r2med.reporting.leaderboard.survey`) in the leaderboard's notes."""
+    return _build_report(result_dir, options, settings)[0]
+
+
+def _build_report(result_dir: Path, options: ReportOptions, settings: Settings | None
+                  ) -> tuple[str, list[Refused], int]:
+    """The page, the systems refused, and how many systems of ``result_dir`` it shows."""
     from r2med import __version__
 
     settings = settings or get_settings()
-    found = discover(Path(result_dir))
+    found, refused = survey(Path(result_dir))
+    if not found and refused:
+        raise RefusedResultsError(refused, shown=0)
     if not found:
         raise MissingResourceError(f"{result_dir}: no result files found (<Dataset>.json with a 'test' object)")
     systems = {s.system: s for s in found}
     rows = rows_of(found + (paper_results() if options.with_paper else []), options.metric, options.datasets)
-    data = board(rows, options.metric)
+    data = board(rows, options.metric, refused=refused)
     a = _pick(systems, rows, options.system_a, None)
     b = _pick(systems, rows, options.system_b, a) if a is not None else None
     comparison, comparison_note, diffs = None, "", {}
@@ -393,13 +410,15 @@ def build_report(result_dir: Path, options: ReportOptions = ReportOptions(), *, 
             except R2MedError as exc:
                 logger.warning("%s: drill-down not available: %s", dataset, exc)  # said on the page too
                 drill.append({"dataset": dataset, "notes": [f"drill-down not available: {exc}"], "queries": []})
-    return render_template(
+    page = render_template(
         "report.html.j2", title=Path(result_dir).name or str(result_dir), source=str(result_dir), version=__version__,
         board=data, legend=legend_text(data["metric"], data["datasets"]),
         bars_svg=leaderboard_svg(rows, data["datasets"], data["average_label"]),
         breakdowns=_breakdowns(rows, found, options, settings), comparison=comparison,
         comparison_note=comparison_note, drill=drill,
     )
+    return page, refused, len(found)
+
 
 
 def _breakdowns(rows: Sequence[Row], found: Sequence[SystemResults], options: ReportOptions,
@@ -426,7 +445,12 @@ def _breakdowns(rows: Sequence[Row], found: Sequence[SystemResults], options: Re
 
 def write_report(result_dir: Path, output: Path, options: ReportOptions = ReportOptions(), *,
                  settings: Settings | None = None) -> Path:
-    """Build the report and write it to ``output`` atomically."""
+    """Build the report and write it to ``output`` atomically. When some systems' results cannot be used, the page
+    shows the others and names them, and RefusedResultsError (exit 5, ``written`` = the page) follows the write."""
     from r2med.io.atomic import write_text_atomic
 
-    return write_text_atomic(Path(output), build_report(result_dir, options, settings=settings))
+    page, refused, shown = _build_report(result_dir, options, settings)
+    path = write_text_atomic(Path(output), page)
+    if refused:
+        raise RefusedResultsError(refused, shown=shown, written=path)
+    return path
