@@ -21,7 +21,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from r2med.reporting.leaderboard import RefusedResultsError
     from r2med.reporting.report import ReportOptions, write_report
 
-    for name in ("top", "max_doc_chars", "n_resamples"):
+    for name in ("top", "max_doc_chars", "n_resamples", "inline_queries"):
         if getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     if args.max_queries is not None and args.max_queries < 1:
@@ -30,6 +30,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         metric=args.metric, system_a=args.a, system_b=args.b, with_paper=args.with_paper, data_dir=args.data_dir,
         top=args.top, max_doc_chars=args.max_doc_chars, max_queries=args.max_queries,
         n_resamples=args.n_resamples, seed=args.seed, datasets=tuple(args.datasets) if args.datasets else None,
+        inline_queries=args.inline_queries,
     )
     refused: RefusedResultsError | None = None
     with collected_warnings() if args.json else nullcontext([]) as warnings:
@@ -86,6 +87,8 @@ def collected_warnings() -> Iterator[list[str]]:
 
 
 def register(subparsers, common_parent: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    from r2med.reporting import INLINE_QUERIES
+
     parser = add_command_parser(
         subparsers, common_parent, "report",
         help="write a self-contained HTML report (leaderboard, by task and body system, per-query wins/losses, drill-down)",
@@ -110,6 +113,9 @@ def register(subparsers, common_parent: argparse.ArgumentParser | None = None) -
     parser.add_argument("--top", type=int, default=10, help="documents shown per query (default 10)")
     parser.add_argument("--max-doc-chars", type=int, default=400, help="characters of each document shown (default 400)")
     parser.add_argument("--max-queries", type=int, default=None, help="queries shown per dataset (default all)")
+    parser.add_argument("--inline-queries", type=int, default=INLINE_QUERIES, metavar="N",
+                        help=f"a drill-down of more queries than N goes to one page per dataset in <report>_files/, "
+                             f"its index (values, links) staying in the report (default {INLINE_QUERIES})")
     parser.add_argument("--n-resamples", type=int, default=10000, help="permutations and bootstrap resamples (default 10000)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random generator (default 0)")
     parser.add_argument("--json", action="store_true",

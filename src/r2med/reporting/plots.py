@@ -59,7 +59,7 @@ def figure_svg(fig, salt: str):
 
     buffer = io.StringIO()
     with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": salt}):
-        fig.savefig(buffer, format="svg", metadata={"Date": None}, bbox_inches="tight")
+        fig.savefig(buffer, format="svg", metadata={"Date": None})  # the constrained layout fits the figure
     text = buffer.getvalue()
     return Markup(text[text.index("<svg"):])  # matplotlib escapes every text it writes into the SVG
 
