@@ -92,3 +92,17 @@ def test_a_report_shows_the_verified_systems_and_names_the_refused_one(cli, two_
     summary = cli("report", two_systems, "-o", page, "--json")
     assert summary.code == 5 and json.loads(summary.out)["systems"] == ["base retriever/bm25"]
     assert json.loads(summary.out)["refused"][0]["system"] == "base retriever/bm25-lucene"
+
+
+def test_the_library_gives_the_refused_systems_beside_the_others(two_systems):
+    from r2med.reporting.leaderboard import RefusedResultsError, discover, survey
+
+    per_query = two_systems / "base retriever" / "bm25" / "Biology.per_query.jsonl"
+    per_query.write_text(per_query.read_text().replace('"q1"', '"q7"'))
+    found, refused = survey(two_systems)
+    assert [s.system for s in found] == ["base retriever/bm25-lucene"]
+    assert [(r.system, r.root, len(r.problems)) for r in refused] == [("base retriever/bm25", two_systems, 1)]
+    assert refused[0].problems[0].startswith(f"{per_query}: does not match the checksum r2med recorded")
+    with pytest.raises(RefusedResultsError, match=r"^the results of 1 system cannot be used") as strict:
+        discover(two_systems)  # strict: all or nothing, as before
+    assert strict.value.refused == refused and strict.value.exit_code == 5

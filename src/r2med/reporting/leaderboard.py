@@ -115,17 +115,22 @@ class Refused:
 
 
 class RefusedResultsError(InvalidInputError):
-    """Some systems' results cannot be used (exit 5), said after the others are shown: ``refused`` lists them, and
-    ``written`` is the file written without them (None when printed, or nothing was shown)."""
+    """Some systems' results cannot be used (exit 5). ``refused`` lists them; ``shown``: how many rows were shown
+    without them (0: none could be; None: a strict caller, :func:`discover` or :func:`gather`, that shows nothing
+    while any is refused); ``written``: the file written without them (None when printed, or nothing was shown)."""
 
-    def __init__(self, refused: Sequence[Refused], *, shown: int, written: Path | None = None) -> None:
+    def __init__(self, refused: Sequence[Refused], *, shown: int | None, written: Path | None = None) -> None:
         self.refused = list(refused)
         self.written = written
         n = len(self.refused)
-        where = f"{written}" if written is not None else "the table above"
-        if shown:
-            head = (f"{n} system{'s' if n != 1 else ''} left out of {where}: "
-                    f"{'their' if n != 1 else 'its'} results cannot be used ({shown} shown)")
+        systems = f"{n} system{'s' if n != 1 else ''}"
+        if shown is None:
+            head = (f"the results of {systems} cannot be used (survey() or gather_all() give the others beside "
+                    "them)")
+        elif shown:
+            where = f"{written}" if written is not None else "the table above"
+            head = (f"{systems} left out of {where}: {'their' if n != 1 else 'its'} results cannot be used "
+                    f"({shown} shown)")
         else:
             head = f"no system can be shown: the results of {'all ' + str(n) if n != 1 else 'the one'} found cannot be used"
         super().__init__(head, [str(r) for r in self.refused])
@@ -200,7 +205,7 @@ def discover(root: Path) -> list[SystemResults]:
     (exit 5) listing the systems whose files cannot be used otherwise (:func:`survey` gives the others too)."""
     shown, refused = survey(root)
     if refused:
-        raise RefusedResultsError(refused, shown=0)
+        raise RefusedResultsError(refused, shown=None)
     return shown
 
 
@@ -340,7 +345,7 @@ def gather(result_dirs: Sequence[Path], *, with_paper: bool = False) -> list[Sys
     :func:`published_board`); MissingResourceError when none, RefusedResultsError when some cannot be used."""
     systems, refused = gather_all(result_dirs, with_paper=with_paper)
     if refused:
-        raise RefusedResultsError(refused, shown=0)
+        raise RefusedResultsError(refused, shown=None)
     return systems
 
 
