@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from r2med.errors import InvalidInputError, MissingResourceError, R2MedError, UsageError
-from r2med.reporting import INLINE_QUERIES
 from r2med.io.jsonsafe import JSONLimitError, loads
+from r2med.reporting import INLINE_QUERIES
 from r2med.reporting.breakdown import by_body_system, by_task, dataset_dir, task_members
 from r2med.reporting.compare import SystemSource, compare_systems, comparison_rows
 from r2med.reporting.board import board, legend_text
@@ -464,7 +464,6 @@ def _build_report(result_dir: Path, options: ReportOptions, settings: Settings |
         comparison_note=comparison_note, drill=drill,
     )
     return page, pages, refused, len(found)
-
 
 
 def _breakdowns(rows: Sequence[Row], found: Sequence[SystemResults], options: ReportOptions,
