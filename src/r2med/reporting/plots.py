@@ -43,12 +43,36 @@ def plain_text(plot: F) -> F:
     return plotted  # type: ignore[return-value]
 
 
-def _figure(width: float, height: float):
+def _figure(width: float, height: float, layout: str | None = "constrained"):
     try:
         from matplotlib.figure import Figure
     except ImportError:
         raise MissingExtraError("matplotlib", "report", "the report's plots") from None
-    return Figure(figsize=(width, height), layout="constrained")
+    return Figure(figsize=(width, height), layout=layout)
+
+
+def _text_width(texts: Sequence[str], size: float) -> float:
+    """The widest of ``texts`` at ``size`` points, in inches, as matplotlib lays text out.
+
+    >>> 0.2 < _text_width(["base retriever/bm25"], 8) < 1.5 and _text_width([], 8) == 0
+    True
+    """
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.textpath import TextToPath
+
+    measure, font = TextToPath(), FontProperties(size=size)
+    return max((measure.get_text_width_height_descent(t, font, ismath=False)[0] for t in texts), default=0.0) / 72
+
+
+def _place(fig, n_rows: int, n_cols: int, *, left: float, right: float, top: float, bottom: float, row_gap: float,
+           col_gap: float) -> None:
+    """Margins and the gaps between panels, in inches: what a constrained layout would find, fixed, so that the
+    report's figures are drawn once (a constrained layout draws them twice more to measure them)."""
+    width, height = fig.get_size_inches()
+    axes_height = max((height - top - bottom - row_gap * (n_rows - 1)) / n_rows, 0.1)
+    axes_width = max((width - left - right - col_gap * (n_cols - 1)) / n_cols, 0.1)
+    fig.subplots_adjust(left=left / width, right=1 - right / width, bottom=bottom / height, top=1 - top / height,
+                        hspace=row_gap / axes_height, wspace=col_gap / axes_width)
 
 
 def figure_svg(fig, salt: str):
@@ -65,7 +89,7 @@ def figure_svg(fig, salt: str):
 
 
 def _leaderboard_figure(rows: Sequence[Row], datasets: Sequence[str], average: str,
-                        paper: Sequence[Row | None] | None = None):
+                        paper: Sequence[Row | None] | None = None, title_space: float = 0.0):
     """One horizontal bar panel per dataset and for the average (x100, titled ``average``); published rows grey.
     With ``paper`` (a published row or None per row), each system's published number is a grey bar beside its own."""
     labels = [f"{r.name} [paper]" if r.published else r.system for r in rows]
@@ -80,8 +104,11 @@ def _leaderboard_figure(rows: Sequence[Row], datasets: Sequence[str], average: s
     top = max([100 * v for v in every] + [1.0]) * 1.2
     n_cols = min(3, len(columns))
     n_rows = -(-len(columns) // n_cols)
-    fig = _figure(5 * n_cols, n_rows * ((1.3 + 0.36 * len(rows)) if beside else (0.9 + 0.24 * len(rows))))
+    left = 1.05 * _text_width(labels, 8) + 0.3  # the system names, left of the first column only (the panels share y)
+    fig = _figure(left + 4.8 * n_cols,
+                  title_space + n_rows * ((1.3 + 0.36 * len(rows)) if beside else (0.9 + 0.24 * len(rows))), layout=None)
     axes = fig.subplots(n_rows, n_cols, sharey=True, sharex=True, squeeze=False).ravel()
+    _place(fig, n_rows, n_cols, left=left, right=0.15, top=0.35 + title_space, bottom=0.35, row_gap=0.4, col_gap=0.2)
     positions = list(range(len(rows)))
     height, shift = (0.4, 0.2) if beside else (0.8, 0.0)
     colors = [PUBLISHED if r.published else OWN for r in rows]
@@ -142,7 +169,7 @@ def leaderboard_plot(rows: Sequence[Row], metric: str, average: str, path: Path)
     (``--with-paper``) are grey bars of their own. Written to ``path`` (.png or .svg)."""
     datasets = rows[0].datasets if rows else ()
     beside = [paper_row(r, metric) for r in rows]
-    fig = _leaderboard_figure(rows, datasets, average, beside if any(beside) else None)
+    fig = _leaderboard_figure(rows, datasets, average, beside if any(beside) else None, title_space=0.3)
     shown = "" if not any(beside) else "; grey hatched: the paper's number for the same system"
     fig.suptitle(f"{normalise_metric(metric)} x100{shown}", fontsize=10)
     return save_plot(fig, path, "leaderboard")
@@ -171,8 +198,9 @@ def _win_loss_figure(tested):
     """The report's win/loss panels: one per tested dataset (:func:`_win_loss_axes`), titled with W/T/L and p."""
     cols = min(4, len(tested))
     rows_n = -(-len(tested) // cols)
-    fig = _figure(4 * cols, 2.6 * rows_n)
+    fig = _figure(4 * cols, 2.6 * rows_n, layout=None)
     axes = fig.subplots(rows_n, cols, squeeze=False).ravel()
+    _place(fig, rows_n, cols, left=0.7, right=0.15, top=0.3, bottom=0.5, row_gap=0.85, col_gap=0.8)
     for ax, r in zip(axes, tested):
         _win_loss_axes(ax, [d for _, d in r.diffs])
         t = r.test
