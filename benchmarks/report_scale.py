@@ -11,20 +11,20 @@ written by a fresh ``python -m r2med.cli report`` with ``PYTHONPATH`` set to the
 branch), timed from outside (process start included), ``-q``; wall and CPU (user + system) seconds are printed with
 the load average, since the machine may be shared.
 
-Measured 2026-12-05 on the shared 2-CPU development machine, load average ~12 (other processes), best of 2:
+Measured 2026-12-05 on the shared 2-CPU development machine, load average ~9-12 (other processes), best of 2:
 
-    main (one page):                            10.75 MB, 17.24 s wall, 5.86 s CPU
-    issue 38 (drill-down pages, batched stats): 0.47 MB page (10.85 MB with its 8 drill-down pages),
-                                                13.06 s wall, 4.69 s CPU
+    main (one page):   10.75 MB page, 14.14 s wall, 6.63 s CPU
+    issue 38 branch:    0.45 MB page (10.84 MB with its 8 drill-down pages), 11.79 s wall, 4.25 s CPU
 
-The page went from 10.75 MB to 0.47 MB: the query blocks (7 MB of them are the 17,520 documents' texts, two systems'
-top 10 of 400 characters for 876 queries) are in the drill-down pages, read when opened. The CPU time fell by a fifth
-(the win/loss panels as one path per sign instead of a bar per query; scipy's resamples in batches). Under that
-load the wall time is about 3x the CPU time; on an idle machine it is about the CPU time. Of the CPU time (in
-process, 4.4 s): imports 1.2 s (scipy.stats, matplotlib, jinja2), the two plots 1.4 s, the paired tests 0.8 s, the
-drill-down 0.7 s (reading A's and B's runs strictly), rendering 0.3 s. The corpora here are small (3,000 documents
-per dataset); the report reads the corpus of each dataset it shows, so R2MED's real corpora (29k to 176k documents
-each) add the time of reading them.
+The page went from 10.75 MB to 0.45 MB: the query blocks (7 MB of them are the 17,520 documents' texts, two systems'
+top 10 of 400 characters for 876 queries) are in the drill-down pages, read when opened. The CPU time fell by a third:
+the report's two figures are drawn once with fixed margins (no constrained layout) and the win/loss panels are one
+path per sign instead of a bar per query; scipy gets the resamples in batches. Under that load the wall time is
+about 3x the CPU time; on an idle machine it is about the CPU time. Of the CPU time in process (about 3.9 s):
+imports 1.2 s (scipy.stats, matplotlib, jinja2), the paired tests 0.8 s, the drill-down 0.7 s (reading A's and B's
+runs strictly), the two plots 0.7 s, rendering 0.3 s. The corpora here are small (3,000 documents per dataset); the
+report reads the corpus of each dataset it shows, so R2MED's real corpora (29k to 176k documents each) add the time
+of reading them.
 """
 
 from __future__ import annotations
