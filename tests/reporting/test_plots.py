@@ -113,3 +113,16 @@ def test_every_query_is_one_step_of_its_sign():
     _win_loss_axes(ax, [-0.25, 0.5, 0.0, 0.25, 0.5, 0.5])
     steps = {patch.get_gid(): patch.get_data().values.tolist() for patch in ax.patches}
     assert steps == {"wins": [50.0, 50.0, 50.0, 25.0, 0.0, 0.0], "losses": [0.0, 0.0, 0.0, 0.0, 0.0, -25.0]}
+
+
+def test_a_plot_of_published_numbers_is_refused_before_the_tests(results, tmp_path):
+    """The paper publishes aggregates: nothing per query to plot (exit 2 before any work); a folder without
+    per-query files has none either (exit 4, after the table, naming what is missing)."""
+    refused = run("compare", "bm25", "paper:base retriever/bm25", "--results", results, "--plot", tmp_path / "p.svg")
+    assert refused.code == 2 and refused.out == "" and not (tmp_path / "p.svg").exists()
+    assert "paper:base retriever/bm25 has only the paper's aggregate numbers" in refused.err
+    for per_query in results.rglob("*.per_query.jsonl"):
+        per_query.unlink()
+    none = run("compare", "bm25", "mine", "--results", results, "--plot", tmp_path / "q.svg")
+    assert none.code == 4 and "| Biology " in none.out and not (tmp_path / "q.svg").exists()
+    assert "both systems need per-query values (<Dataset>.per_query.jsonl" in none.err

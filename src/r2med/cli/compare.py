@@ -25,6 +25,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
         check_plot_target(args.plot)
     a = resolve_system(args.a, results=args.results)
     b = resolve_system(args.b, results=args.results)
+    published = [side.label for side in (a, b) if side.paper is not None]
+    if args.plot is not None and published:
+        raise UsageError(f"--plot draws per-query differences, and {' and '.join(published)} has only the paper's "
+                         "aggregate numbers; compare two result folders to plot them (or leave out --plot)")
     cmp = compare_systems(a, b, datasets=args.tasks, metric=args.metric, n_resamples=args.n_resamples,
                           seed=args.seed, confidence=args.confidence)
     emit(format_comparison(cmp, fmt), args.output)

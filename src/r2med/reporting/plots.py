@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from pathlib import Path
 
-from r2med.errors import MissingExtraError, UsageError
+from r2med.errors import MissingExtraError, MissingResourceError, UsageError
 from r2med.reporting.leaderboard import PAPER, Row
 from r2med.reporting.official import is_published, normalise_metric, normalise_metrics, published
 from r2med.reporting.tables import pct
@@ -244,11 +244,13 @@ def significance_title(comparison) -> str:
 def comparison_plot(comparison, path: Path) -> Path:
     """``r2med compare A B --plot``: every paired query's A - B (x100), sorted, wins green and losses red, over all
     the datasets tested (one panel) and per dataset (one panel each, when there are several); the title says the
-    pooled test's result (:func:`significance_title`). UsageError when no dataset has per-query values of both."""
+    pooled test's result (:func:`significance_title`). MissingResourceError (exit 4) when no dataset has per-query
+    values of both systems."""
     tested = [r for r in comparison.datasets if r.test is not None]
     if comparison.pooled is None or not tested:
-        raise UsageError(f"--plot {path}: {comparison.pooled_reason or 'no paired test'}; the plot shows per-query "
-                         "differences, so both systems need per-query values (<Dataset>.per_query.jsonl)")
+        raise MissingResourceError(
+            f"--plot {path}: {comparison.pooled_reason or 'no paired test'}; the plot shows per-query differences, so "
+            "both systems need per-query values (<Dataset>.per_query.jsonl, written by 'r2med run')")
     panels = ([] if len(tested) == 1 else tested)
     cols = min(4, len(panels)) if panels else 1
     fig = _figure(max(8, 4 * cols), 3.2 + 2.6 * (-(-len(panels) // cols) if panels else 0))
