@@ -122,6 +122,17 @@ def test_a_large_drilldown_is_a_page_per_dataset_with_the_same_content(page_html
     assert '<a href="../report.html#drill-1">../report.html</a>' in page
 
 
+def test_the_json_summary_lists_the_drilldown_pages(results, tmp_path):
+    import json
+
+    path = tmp_path / "r.html"
+    split = run("report", results, "-o", path, "--data-dir", DATASETS, "--n-resamples", 50, "--inline-queries", 3,
+                "--json")
+    assert split.code == 0 and json.loads(split.out)["drill_pages"] == [str(tmp_path / "r_files" / "drill-1-Biology.html")]
+    inline = run("report", results, "-o", path, "--data-dir", DATASETS, "--n-resamples", 50, "--json")
+    assert inline.code == 0 and json.loads(inline.out)["drill_pages"] == []
+
+
 def test_a_smaller_report_removes_the_drilldown_pages_of_an_earlier_one(results, tmp_path):
     path = tmp_path / "r.html"
     assert run("report", results, "-o", path, "--data-dir", DATASETS, "--n-resamples", 50, "--inline-queries", 1).code == 0

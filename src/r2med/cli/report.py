@@ -50,13 +50,18 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def report_summary(path: Path, result_dir: Path, options: ReportOptions, warnings: list[str]) -> dict:
-    """What ``--json`` prints: the page written, the systems of ``result_dir`` and the datasets it shows (the
-    leaderboard's order), how many published systems it adds, and the warnings said while writing it."""
+    """What ``--json`` prints: the page written and its drill-down pages (none when the page holds the drill-down),
+    the systems of ``result_dir`` and the datasets it shows (the leaderboard's order), how many published systems it
+    adds, the warnings said while writing it, and the systems left out (only when some are)."""
     from r2med.reporting.leaderboard import build_rows, paper_results, shown_datasets, survey
+    from r2med.reporting.report import DRILL_PAGE, drill_folder
 
     found, refused = survey(Path(result_dir))
     rows = build_rows(found + (paper_results() if options.with_paper else []), options.metric, options.datasets)
-    return {"report": str(path), "result_dir": str(result_dir), "metric": options.metric,
+    pages = sorted(drill_folder(path).glob(DRILL_PAGE.format(index="*", name="*")),
+                   key=lambda p: int(p.name.split("-")[1]))
+    return {"report": str(path), "drill_pages": [str(p) for p in pages], "result_dir": str(result_dir),
+            "metric": options.metric,
             "systems": [r.system for r in rows if not r.published],
             "published_systems": sum(r.published for r in rows), "datasets": list(shown_datasets(rows)),
             "warnings": list(dict.fromkeys(warnings)),
