@@ -106,3 +106,14 @@ def test_the_library_gives_the_refused_systems_beside_the_others(two_systems):
     with pytest.raises(RefusedResultsError, match=r"^the results of 1 system cannot be used") as strict:
         discover(two_systems)  # strict: all or nothing, as before
     assert strict.value.refused == refused and strict.value.exit_code == 5
+
+
+def test_compare_names_the_fix_for_a_changed_run(cli, two_systems):
+    run_file = two_systems / "base retriever" / "bm25" / "Biology.run"
+    run_file.write_text(run_file.read_text() + "q1 Q0 d9 99 9.0 hand\n")
+    refused = cli("compare", "bm25", "bm25-lucene", "--results", two_systems)
+    assert refused.code == 5 and refused.out == ""
+    assert refused.err.startswith(f"r2med: error: {run_file}: does not match the checksum r2med recorded")
+    assert refused.err.rstrip().endswith("; run the command that made it again (it recomputes a result whose files do "
+                                         "not match its manifest; --force recomputes every dataset of it), or remove "
+                                         "its files")
