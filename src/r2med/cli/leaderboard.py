@@ -92,7 +92,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
 
         leaderboard_plot(rows, args.metric, average_label(shown_datasets(rows)), args.plot)
     if refused:  # the verified systems are shown; then the ones left out, and exit 5
-        raise RefusedResultsError(refused, shown=len(rows), written=args.output)
+        raise RefusedResultsError(refused, shown=sum(not r.published for r in rows) or len(rows), written=args.output)
     return 0
 
 

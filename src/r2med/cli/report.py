@@ -21,7 +21,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     from r2med.reporting.leaderboard import RefusedResultsError
     from r2med.reporting.report import ReportOptions, write_report
 
-    for name in ("top", "max_doc_chars", "n_resamples", "inline_queries"):
+    if args.inline_queries < 0:
+        raise UsageError(f"--inline-queries must be 0 (every drill-down on pages of its own) or more, got "
+                         f"{args.inline_queries}")
+    for name in ("top", "max_doc_chars", "n_resamples"):
         if getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     if args.max_queries is not None and args.max_queries < 1:
@@ -120,7 +123,7 @@ def register(subparsers, common_parent: argparse.ArgumentParser | None = None) -
     parser.add_argument("--max-queries", type=int, default=None, help="queries shown per dataset (default all)")
     parser.add_argument("--inline-queries", type=int, default=INLINE_QUERIES, metavar="N",
                         help=f"a drill-down of more queries than N goes to one page per dataset in <report>_files/, "
-                             f"its index (values, links) staying in the report (default {INLINE_QUERIES})")
+                             f"its index (values, links) staying in the report (default {INLINE_QUERIES}; 0: always)")
     parser.add_argument("--n-resamples", type=int, default=10000, help="permutations and bootstrap resamples (default 10000)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random generator (default 0)")
     parser.add_argument("--json", action="store_true",
