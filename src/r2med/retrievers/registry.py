@@ -232,7 +232,7 @@ def _dense(rspec: RetrieverSpec, options: DenseOptions, runtime: Runtime) -> Ret
     spec = _resolve_zoo(rspec.name, options)
     encoder = (_api_encoder(spec, options) if spec.backend == "api"
                else make_encoder(spec, device=options.device, batch_size=options.batch_size,
-                                batch_tokens=options.batch_tokens))
+                                batch_tokens=options.batch_tokens, compile=options.compile))
     return _searcher(_dense_system(rspec, options), encoder, options, runtime,
                      lambda dataset: (spec.instruction("query", dataset), spec.instruction("document", dataset)))
 
