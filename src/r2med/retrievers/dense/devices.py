@@ -220,28 +220,33 @@ class MultiDeviceEncoder:
                                                         exitpriority=10)
 
     def _receive(self, task: int, busy: set[int]) -> Iterator[tuple[int, str, Any]]:
-        """``(worker, what, payload)`` of ``task`` until every worker of ``busy`` is done; a dead one raises."""
+        """``(worker, what, payload)`` of ``task`` until every worker of ``busy`` is done; a worker found dead (checked
+        every ``POLL_SECONDS``, whether or not the others are sending) raises, after what it sent is handed on."""
         busy = set(busy)
+        checked = time.monotonic()
         while busy:
             try:
                 message = self._results.get(timeout=POLL_SECONDS)
             except queue.Empty:
-                dead = [i for i in sorted(busy) if not self._workers[i].process.is_alive()]
-                if not dead:
-                    continue
-                late = []  # what a dead worker sent before it died is used
-                while True:
-                    try:
-                        late.append(self._results.get(timeout=POLL_SECONDS))
-                    except queue.Empty:
-                        break
-                for message in late:
-                    yield from self._handle(message, task, busy)
-                dead = [i for i in dead if i in busy]
-                if dead:
-                    raise self._died(dead[0])
+                message = None
+            if message is not None:
+                yield from self._handle(message, task, busy)
+            if message is not None and time.monotonic() - checked < POLL_SECONDS:
                 continue
-            yield from self._handle(message, task, busy)
+            checked = time.monotonic()
+            dead = [i for i in sorted(busy) if not self._workers[i].process.is_alive()]
+            if not dead:
+                continue
+            until = time.monotonic() + 5 * POLL_SECONDS
+            while time.monotonic() < until:  # what was sent before the death is used
+                try:
+                    late = self._results.get(timeout=POLL_SECONDS)
+                except queue.Empty:
+                    break
+                yield from self._handle(late, task, busy)
+            dead = [i for i in dead if i in busy]
+            if dead:
+                raise self._died(dead[0])
 
     @staticmethod
     def _handle(message: tuple, task: int, busy: set[int]) -> Iterator[tuple[int, str, Any]]:
