@@ -103,6 +103,26 @@ def test_a_compile_that_fails_is_a_clear_error(monkeypatch):
         "(what is encoded is kept)")
 
 
+@pytest.mark.slow
+def test_inductor_without_a_working_cxx_compiler_is_a_clear_error(monkeypatch):
+    import torch._inductor.config as inductor
+
+    torch._dynamo.reset()
+    monkeypatch.setattr(inductor.cpp, "cxx", ("/nonexistent/g++",))
+    monkeypatch.setattr(inductor, "fx_graph_cache", False)
+    encoder = make_encoder(SPEC, device="cpu", compile=True)
+    try:
+        with pytest.raises(CompileFailedError) as caught:
+            encoder.encode(TEXTS[:3], kind="document")
+    finally:
+        torch._dynamo.reset()
+    assert caught.value.exit_code == 6
+    assert str(caught.value).startswith("tiny: torch.compile failed on cpu (InductorError: InvalidCxxCompiler: No "
+                                        "working C++ compiler found in torch._inductor.config.cpp.cxx: "
+                                        "('/nonexistent/g++',)); on a CPU inductor builds C++ kernels with the system's "
+                                        "compiler: install gcc or clang (or set CXX)")
+
+
 def test_out_of_memory_under_compile_still_halves_the_batch(monkeypatch):
     class SmallMemory:
         def __init__(self, model):
@@ -129,3 +149,12 @@ def test_compile_on_a_backend_that_cannot_is_a_usage_error():
     assert caught.value.exit_code == 2
     assert str(caught.value) == ("--compile applies to models on the transformers backend; 'st-tiny' runs on "
                                  "sentence-transformers: run it without --compile")
+
+
+def test_the_compile_flag_reaches_the_encoder(cli, monkeypatch, tmp_path, isolated_home):
+    monkeypatch.setattr(compiled, "compile_model", _Shifted)
+    args = ("run", "--retriever", TINY_BERT, "--data-dir", DATA / "tiny", "--device", "cpu", "--output", tmp_path)
+    result = cli(*args, "--compile")
+    assert result.code == 6
+    assert "--compile changed the vectors of the first batch beyond float32 noise" in result.err
+    assert cli(*args).code == 0  # without it: eager, never the stand-in

@@ -211,3 +211,13 @@ def test_a_text_too_long_in_a_worker_is_named_by_its_place_in_the_call(tmp_path)
     with pytest.raises(TextTooLongError) as caught:
         pair.encode(texts, kind="document")
     assert (caught.value.index, caught.value.tokens, caught.value.exit_code) == (7, 41, 6)
+
+
+def test_a_device_list_on_the_command_line_is_checked_before_any_work(cli, monkeypatch, tmp_path):
+    _gpus(monkeypatch, 0)
+    args = ("run", "--retriever", TINY_BERT, "--data-dir", DATA / "tiny", "--output", tmp_path, "--device")
+    none = cli(*args, "cuda:0,cuda:1")
+    assert none.code == 4 and "device 'cuda:0' was asked for, but torch sees no CUDA device; use --device cpu" in none.err
+    mixed = cli(*args, "cpu,mps")
+    assert mixed.code in (2, 4)  # mps: absent here (4) or, where present, mixed kinds (2)
+    assert not list(tmp_path.rglob("*.json"))  # nothing was run
