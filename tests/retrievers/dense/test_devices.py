@@ -221,3 +221,83 @@ def test_a_device_list_on_the_command_line_is_checked_before_any_work(cli, monke
     mixed = cli(*args, "cpu,mps")
     assert mixed.code in (2, 4)  # mps: absent here (4) or, where present, mixed kinds (2)
     assert not list(tmp_path.rglob("*.json"))  # nothing was run
+
+
+PARENT = """
+import sys
+sys.path[:0] = {paths!r}
+import device_helpers
+from r2med.retrievers.dense.cache import EmbeddingCache
+from r2med.retrievers.dense.devices import MultiDeviceEncoder
+from r2med.retrievers.dense.factory import make_encoder, one_device_encoder
+from r2med.retrievers.dense.zoo import ModelSpec
+
+
+class Announce:
+    def __init__(self, inner):
+        self.inner, self.name, self.told = inner, inner.name, False
+
+    def cache_key(self, kind):
+        return self.inner.cache_key(kind)
+
+    def encode(self, texts, *, kind, instruction="", batch_size=None, progress=False, on_batch=None, on_vectors=None):
+        def relay(rows, vectors):
+            on_vectors(rows, vectors)
+            if not self.told:
+                print(*self.inner.pids, flush=True)
+                self.told = True
+        return self.inner.encode(texts, kind=kind, on_vectors=relay, on_batch=on_batch)
+
+
+if __name__ == "__main__":
+    spec = ModelSpec(name="tiny", model={model!r}, backend="transformers", pooling="mean")
+    pair = MultiDeviceEncoder(make_encoder(spec, device="cpu", batch_tokens=300), ["cpu", "cpu"],
+                              build=one_device_encoder, options={{"batch_tokens": 300, "batch_size": 2}},
+                              setup=device_helpers.slow)
+    EmbeddingCache({root!r}, chunk=64, flush_texts=4).embed(Announce(pair), {texts!r}, kind="document")
+    print("finished", flush=True)
+"""
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as handle:
+            return any(line.split()[1:2] == ["Z"] for line in handle if line.startswith("State:"))
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc to see the workers exit")
+def test_the_parent_killed_midway_stops_its_workers_and_the_rerun_encodes_the_rest(tmp_path):
+    import subprocess
+    import sys
+
+    root = tmp_path / "cache"
+    script = tmp_path / "parent.py"
+    here = str(Path(__file__).resolve().parent)
+    script.write_text(PARENT.format(paths=[here, str(Path(here).parents[1]), *sys.path], model=str(TINY_BERT),
+                                    root=str(root), texts=TEXTS))
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    try:
+        workers = [int(pid) for pid in parent.stdout.readline().split()]
+        assert len(workers) == 2, "the parent did not start two workers"
+        deadline = time.monotonic() + 60
+        while not list(root.rglob("chunk_*.part*.npz")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(parent.pid, signal.SIGKILL)
+    finally:
+        parent.kill()
+        parent.wait()
+    deadline = time.monotonic() + 30
+    while not all(_gone(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert all(_gone(pid) for pid in workers)  # orphaned workers see their parent gone and exit
+    (folder,) = [p for p in root.iterdir() if p.is_dir()]
+    kept = _kept(folder)
+    assert 4 <= kept < 60 and not list(folder.glob("chunk_*.npy"))
+    rerun = EmbeddingCache(root, chunk=64, flush_texts=4)
+    stored = rerun.embed(make_encoder(SPEC, device="cpu", batch_tokens=300), TEXTS, kind="document")
+    assert rerun.encoded_texts == 60 - kept
+    assert np.abs(stored.array() - _reference(batch_tokens=300)).max() <= 1e-6
