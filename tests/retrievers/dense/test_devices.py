@@ -127,7 +127,9 @@ def test_two_workers_give_the_vectors_of_one_device(pair):
 def test_two_workers_fill_the_one_embedding_cache(pair, tmp_path):
     reference = _reference(batch_tokens=300)
     cache = EmbeddingCache(tmp_path, chunk=16, flush_texts=4)
+    calls = pair._task
     stored = cache.embed(pair, TEXTS, kind="document")
+    assert pair._task - calls == 2  # 4 chunks, 2 per call (one per device): the workers meet twice, not 4 times
     assert np.abs(stored.array() - reference).max() <= 1e-6
     folder = stored.directory
     assert sorted(p.name for p in folder.glob("chunk_*.npy")) == [f"chunk_{i:05d}.npy" for i in range(4)]
@@ -142,6 +144,7 @@ class _KillAfter:
 
     def __init__(self, inner: MultiDeviceEncoder, after: int) -> None:
         self.inner, self.after, self.name, self.received, self.killed = inner, after, inner.name, 0, None
+        self.chunks_per_call = inner.chunks_per_call  # as the cache sees the multi-device encoder
 
     def cache_key(self, kind):
         return self.inner.cache_key(kind)
@@ -236,6 +239,7 @@ from r2med.retrievers.dense.zoo import ModelSpec
 class Announce:
     def __init__(self, inner):
         self.inner, self.name, self.told = inner, inner.name, False
+        self.chunks_per_call = inner.chunks_per_call
 
     def cache_key(self, kind):
         return self.inner.cache_key(kind)

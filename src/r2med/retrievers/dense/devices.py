@@ -101,6 +101,9 @@ class MultiDeviceEncoder:
         self._task = 0
         #: texts each device encoded (by position in ``devices``) since this object was made
         self.encoded = [0] * len(self.devices)
+        #: the embedding cache hands this many chunks to one call (``EmbeddingCache``): the workers wait for each
+        #: other at the end of a call, so once per several chunks, not after every one
+        self.chunks_per_call = len(self.devices)
 
     # -- the encoder role ------------------------------------------------------------------------
 
