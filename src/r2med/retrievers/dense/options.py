@@ -28,3 +28,6 @@ class DenseOptions:
     timeout: float = option(300.0, "deadline of each request attempt in seconds: connecting, sending and the whole "
                             "answer", minimum=0.001, keyed=False)
     max_retries: int = option(5, "retries per request", minimum=0, keyed=False)
+    # the same flag as an LLM's (one --concurrency for every server a command calls), a smaller default for the APIs
+    concurrency: int = option(4, "requests in flight at once (API and openai: models; a server with N copies of the "
+                              "model needs N or more)", minimum=1, keyed=False)
