@@ -284,7 +284,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--texts", type=int, default=None, help="texts to encode (default 2000; 64 with --tiny)")
     parser.add_argument("--words", type=int, default=None, help="mean words per text, one token each (default 200; "
                         "40 with --tiny)")
-    parser.add_argument("--device", default=None, help="default: cuda when there is one, else cpu")
+    parser.add_argument("--device", default=None, help="the one device of the single-device rows (default: cuda:0 "
+                        "when there is CUDA, else cpu)")
     parser.add_argument("--dtype", default=None, help="default: the recipe's on CUDA, float32 elsewhere")
     parser.add_argument("--batch-tokens", type=int, default=None, help="r2med's budget (default: the recipe's)")
     parser.add_argument("--plain-tokens", type=int, default=32768, help="the plain loop's padded tokens per batch")
@@ -300,7 +301,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     import torch
 
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = args.device or ("cuda:0" if torch.cuda.is_available() else "cpu")  # one device: "cuda" is every GPU
     if args.compile is None:
         args.compile = device.startswith("cuda")
     args.texts = args.texts or (64 if args.tiny else 2000)

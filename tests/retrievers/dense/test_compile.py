@@ -158,3 +158,14 @@ def test_the_compile_flag_reaches_the_encoder(cli, monkeypatch, tmp_path, isolat
     assert result.code == 6
     assert "--compile changed the vectors of the first batch beyond float32 noise" in result.err
     assert cli(*args).code == 0  # without it: eager, never the stand-in
+
+
+@pytest.mark.gpu
+def test_compiled_on_cuda_is_eager_within_float32_noise():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    eager = make_encoder(SPEC, device="cuda:0", batch_tokens=200).encode(TEXTS, kind="document")
+    encoder = make_encoder(SPEC, device="cuda:0", batch_tokens=200, compile=True)
+    got = encoder.encode(TEXTS, kind="document")  # the check against eager on the first batch passed
+    assert encoder._tower("document").checked
+    assert np.abs(got - eager).max() <= 1e-5

@@ -305,3 +305,18 @@ def test_the_parent_killed_midway_stops_its_workers_and_the_rerun_encodes_the_re
     stored = rerun.embed(make_encoder(SPEC, device="cpu", batch_tokens=300), TEXTS, kind="document")
     assert rerun.encoded_texts == 60 - kept
     assert np.abs(stored.array() - _reference(batch_tokens=300)).max() <= 1e-6
+
+
+@pytest.mark.gpu
+def test_every_visible_gpu_gives_the_vectors_of_one():
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two CUDA devices or more")
+    every = make_encoder(SPEC, device="cuda", batch_tokens=300)
+    assert isinstance(every, MultiDeviceEncoder) and every.devices == [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    try:
+        got = every.encode(TEXTS, kind="document")
+        assert min(every.encoded) > 0  # every GPU had a share
+    finally:
+        every.close()
+    one = make_encoder(SPEC, device="cuda:0", batch_tokens=300).encode(TEXTS, kind="document")
+    assert np.abs(got - one).max() <= 1e-5  # float32 on GPUs: other batches, float noise only

@@ -367,6 +367,10 @@ def _worker_main(index: int, device: str, build: Callable[..., Any], spec: Any, 
         import torch
 
         torch.set_num_threads(threads)
+    if device.startswith("cuda:"):  # pinned buffers and kernels go to this GPU, not to a context on cuda:0
+        import torch
+
+        torch.cuda.set_device(device)
     encoder = None
     while True:
         task = tasks.get()
