@@ -79,7 +79,7 @@ def test_inline_options_parse_and_fail_with_the_valid_keys():
     spec = RetrieverSpec.parse("bm25:variant=lucene,b=0.75")
     assert (spec.resolved(), spec.system()) == (BM25Options(variant="lucene", b=0.75), "bm25-lucene-k1_0.9-b_0.75")
     with pytest.raises(UsageError, match=r"--retriever bm25:k=1: unknown option 'k'; did you mean k1\? "
-                                         r"Valid: b, identical_ids, k1, variant"):
+                                         r"Valid: b, identical_ids, k1, system, variant"):
         RetrieverSpec.parse("bm25:k=1")
     with pytest.raises(UsageError, match=r"b=2: must be at most 1, got 2"):
         RetrieverSpec.parse("bm25:b=2")
