@@ -127,6 +127,24 @@ def test_every_llm_command_takes_the_same_endpoint_flags():
         assert (args.opt_temperature, args.opt_timeout, args.opt_max_retries) == ("none", 2.0, 0)
 
 
+def test_reproduce_takes_the_endpoint_flags_from_their_one_declaration():
+    parser = build_parser()
+    commands = parser._subparsers._group_actions[0].choices
+
+    def declared(command):
+        return {action.option_strings[0]: (action.help, action.metavar, getattr(action.type, "__name__", None))
+                for action in commands[command]._actions if action.option_strings}
+
+    endpoint = ("--base-url", "--llm-model", "--api-key-env", "--timeout", "--max-retries")
+    reproduce, rerank = declared("reproduce"), declared("rerank")
+    assert {flag: reproduce.get(flag) for flag in endpoint} == {flag: rerank[flag] for flag in endpoint}
+    args = parser.parse_args(["reproduce", "reranker/reasonrank-32b/e5/top_100", "--base-url", "http://x/v1",
+                              "--timeout", "2", "--max-retries", "0"])
+    assert (args.opt_base_url, args.opt_timeout, args.opt_max_retries) == ("http://x/v1", 2.0, 0)
+    with pytest.raises(SystemExit):  # checked as declared: at least 0.001 s
+        parser.parse_args(["reproduce", "base retriever/bm25", "--timeout", "0"])
+
+
 def test_the_agent_sends_no_temperature_when_told_none():
     from r2med.agent.config import AgentConfig
 
