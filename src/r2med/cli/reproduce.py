@@ -35,12 +35,14 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     endpoint = given(args, flag_sets())
     if args.dry_run:
         return _dry_run(args, endpoint)
-    from r2med.reproduction import reproduce
+    from r2med.reproduction import plan_for, reproduce
 
+    policy = plan_for(args.system).answer_policy  # what the progress line names for a GAR row's unusable expansions
     done = reproduce(args.system, datasets=args.tasks, data_dir=args.data_dir, output=args.output,
                      first_stage=args.first_stage, reference=args.reference, metric=args.metric,
                      tolerance=args.tolerance, device=args.device, batch_size=args.batch_size, force=args.force,
-                     progress=not (args.quiet or args.json), on_result=progress_printer(args), **endpoint)
+                     progress=not (args.quiet or args.json), on_result=progress_printer(args, policy=policy),
+                     **endpoint)
     if args.json:
         emit_json(done.to_json())
     else:
