@@ -12,7 +12,7 @@ import pytest
 
 from r2med.lazy import lazy_exports
 
-LAZY_PACKAGES = ["r2med.stages", "r2med.expansion", "r2med.rerankers", "r2med.llm"]
+LAZY_PACKAGES = ["r2med.stages", "r2med.expansion", "r2med.rerankers", "r2med.llm", "r2med.reproduction"]
 
 
 @pytest.mark.parametrize("name", LAZY_PACKAGES)

@@ -79,7 +79,7 @@ def test_inline_options_parse_and_fail_with_the_valid_keys():
     spec = RetrieverSpec.parse("bm25:variant=lucene,b=0.75")
     assert (spec.resolved(), spec.system()) == (BM25Options(variant="lucene", b=0.75), "bm25-lucene-k1_0.9-b_0.75")
     with pytest.raises(UsageError, match=r"--retriever bm25:k=1: unknown option 'k'; did you mean k1\? "
-                                         r"Valid: b, identical_ids, k1, variant"):
+                                         r"Valid: b, identical_ids, k1, system, variant"):
         RetrieverSpec.parse("bm25:k=1")
     with pytest.raises(UsageError, match=r"b=2: must be at most 1, got 2"):
         RetrieverSpec.parse("bm25:b=2")
@@ -125,6 +125,24 @@ def test_every_llm_command_takes_the_same_endpoint_flags():
                           ("agent", ["--style", "search-r1", "--llm-model", "m", "--base-url", "http://x/v1"])):
         args = parser.parse_args([command, *argv, "--temperature", "none", "--timeout", "2", "--max-retries", "0"])
         assert (args.opt_temperature, args.opt_timeout, args.opt_max_retries) == ("none", 2.0, 0)
+
+
+def test_reproduce_takes_the_endpoint_flags_from_their_one_declaration():
+    parser = build_parser()
+    commands = parser._subparsers._group_actions[0].choices
+
+    def declared(command):
+        return {action.option_strings[0]: (action.help, action.metavar, getattr(action.type, "__name__", None))
+                for action in commands[command]._actions if action.option_strings}
+
+    endpoint = ("--base-url", "--llm-model", "--api-key-env", "--timeout", "--max-retries")
+    reproduce, rerank = declared("reproduce"), declared("rerank")
+    assert {flag: reproduce.get(flag) for flag in endpoint} == {flag: rerank[flag] for flag in endpoint}
+    args = parser.parse_args(["reproduce", "reranker/reasonrank-32b/e5/top_100", "--base-url", "http://x/v1",
+                              "--timeout", "2", "--max-retries", "0"])
+    assert (args.opt_base_url, args.opt_timeout, args.opt_max_retries) == ("http://x/v1", 2.0, 0)
+    with pytest.raises(SystemExit):  # checked as declared: at least 0.001 s
+        parser.parse_args(["reproduce", "base retriever/bm25", "--timeout", "0"])
 
 
 def test_the_agent_sends_no_temperature_when_told_none():

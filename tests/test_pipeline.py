@@ -150,3 +150,56 @@ def test_config_excludes_pipeline_flags(cli, tmp_path):
     result = cli("run", "--config", _pipeline(tmp_path), "--retriever", "bm25")
     assert result.code == 2 and "drop --retriever" in result.err
     assert cli("run", "--config", tmp_path / "missing.toml").code == 4
+
+
+def _run_lines(path: Path) -> list[list[str]]:
+    """A TREC run's lines without their last column (the run's name)."""
+    return [line.split()[:5] for line in path.read_text().splitlines()]
+
+
+def test_a_named_local_model_is_stored_under_its_name_inside_a_fusion(cli, tmp_path):
+    model = minilm.get_model_path()
+    common = ["--data-dir", DATA / "tiny", "--top-k", "4", "--fuse", "rrf", "-q", "--json"]
+    named = cli("run", "--retriever", "bm25", "--retriever", f"{model}:name=minilm", "--output", tmp_path / "named",
+                *common)
+    assert named.code == 0, named.err
+    stored = sorted(str(p.relative_to(tmp_path / "named")) for p in (tmp_path / "named").rglob("tiny.run"))
+    assert stored == ["base retriever/bm25/tiny.run", "base retriever/minilm/tiny.run", "fusion/bm25+minilm/tiny.run"]
+    # the same ranking as unnamed (stored as model-<8 hex digits>): only the name differs
+    plain = cli("run", "--retriever", "bm25", "--retriever", model, "--output", tmp_path / "plain", *common)
+    assert plain.code == 0, plain.err
+    unnamed = DENSE.split("/")[1]
+    assert _run_lines(tmp_path / "named" / "base retriever" / "minilm" / "tiny.run") == _run_lines(
+        tmp_path / "plain" / "base retriever" / unnamed / "tiny.run")
+    assert _run_lines(tmp_path / "named" / "fusion" / "bm25+minilm" / "tiny.run") == _run_lines(
+        tmp_path / "plain" / "fusion" / f"bm25+{unnamed}" / "tiny.run")
+    # a pipeline file names it with system = ... (name is the retriever there): the same files
+    toml = _spec(tmp_path, (f'[pipeline]\ndata_dir = "{DATA / "tiny"}"\noutput = "file"\ntop_k = 4\n'
+                            '[[retriever]]\nname = "bm25"\n'
+                            f'[[retriever]]\nname = "{model}"\nsystem = "minilm"\n[fusion]\nmethod = "rrf"\n'))
+    assert cli("run", "--config", toml, "-q").code == 0
+    for system in ("base retriever/minilm", "fusion/bm25+minilm"):
+        assert (tmp_path / "file" / system / "tiny.run").read_bytes() == (
+            tmp_path / "named" / system / "tiny.run").read_bytes()
+
+
+def test_two_inputs_with_one_name_and_bad_names_are_refused_before_any_work(cli, tmp_path):
+    model = minilm.get_model_path()
+    out = tmp_path / "out"
+    both = cli("run", "--data-dir", DATA / "tiny", "--output", out, "--retriever", "bm25:name=x",
+               "--retriever", f"{model}:name=x", "--fuse", "rrf")
+    assert both.code == 2
+    assert (f"retrievers #1 (bm25) and #2 ({model}) would both be stored as 'x': give each its own name "
+            "(NAME:name=..., or system = ... in a pipeline file)") in both.err
+    # a name that is the other's model folder is the same clash
+    clash = cli("run", "--data-dir", DATA / "tiny", "--output", out, "--retriever", "bm25",
+                "--retriever", f"{model}:name=bm25", "--fuse", "rrf")
+    assert clash.code == 2 and "would both be stored as 'bm25'" in clash.err
+    bad = cli("run", "--data-dir", DATA / "tiny", "--output", out, "--retriever", "bm25:name=a/b")
+    assert bad.code == 2 and "retriever 'bm25': name 'a/b'" in bad.err
+    twice = cli("run", "--data-dir", DATA / "tiny", "--output", out, "--retriever", "bm25:name=a", "--name", "b")
+    assert twice.code == 2 and "--name b and bm25's name=a both name the retriever's results; keep one" in twice.err
+    toml = _spec(tmp_path, '[[retriever]]\nname = "bm25"\nsystem = "a/b"\n')
+    with pytest.raises(InvalidInputError, match=r"\[\[retriever\]\] #1 system"):
+        load_spec(toml)
+    assert not out.exists()

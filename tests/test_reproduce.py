@@ -9,7 +9,7 @@ import pytest
 
 from conftest import shared_path
 from r2med.errors import UsageError
-from r2med.reproduce import plan_for
+from r2med.reproduction import plan_for
 
 
 @pytest.fixture
@@ -57,7 +57,7 @@ def test_a_difference_beyond_the_tolerance_exits_1(cli, tmp_path, biology):
 
 
 def test_published_reference_and_plans():
-    from r2med.reproduce import published_reference
+    from r2med.reproduction import published_reference
 
     bm25 = published_reference("base retriever/bm25", "ndcg_at_10")
     assert len(bm25) == 8 and round(sum(bm25.values()) / 8 * 100, 2) == 15.13
@@ -97,3 +97,22 @@ def test_nothing_compared_exits_4_never_a_quiet_pass(cli, tmp_path):
     ref.write_text(json.dumps({"scifact": {"ndcg_at_10": 0.67075}}))
     matched = cli("reproduce", "base retriever/bm25", "--data-dir", folder, "--output", tmp_path / "out", "--reference", ref)
     assert matched.code == 0 and matched.out.splitlines()[-1] == "all 1 compared datasets match"
+
+
+def test_the_library_call_returns_the_comparison_the_command_prints(tmp_path, biology):
+    import r2med
+    from r2med.reproduction import Reproduction
+
+    done = r2med.reproduce("base retriever/bm25", data_dir=biology, output=tmp_path / "out", progress=False)
+    assert isinstance(done, Reproduction) and (done.system, done.retriever, done.metric) == ("base retriever/bm25",
+                                                                                           "bm25", "ndcg_at_10")
+    # ours on Biology (SciFact inside) beside the paper's BM25 on Biology (19.19), then the paper's other datasets
+    biology_row, *others = done.rows
+    assert (biology_row.dataset, biology_row.ours, biology_row.paper, biology_row.ok) == ("Biology", 0.67075, 0.19188,
+                                                                                          False)
+    assert biology_row.difference == 0.47887 and len(others) == 7 and all(r.ok is None for r in others)
+    assert (done.compared, done.failed, done.ok, done.average) == (1, ["Biology"], False, None)
+    # a leaderboard-only row compares its average only on nDCG@10: another metric is refused before any work
+    with pytest.raises(r2med.R2MedError, match="publishes only its average nDCG@10"):
+        r2med.reproduce("gar/hyde/o3-mini/bm25", data_dir=biology, output=tmp_path / "none", metric="recall_at_100")
+    assert not (tmp_path / "none").exists()

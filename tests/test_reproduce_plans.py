@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from r2med.reproduce import plan_for
+from r2med.reproduction import plan_for
 
 REPO = Path(__file__).resolve().parents[1]
 #: the 8 R2MED datasets need the hub unless --data-dir has them

@@ -16,10 +16,12 @@ from r2med.evaluation import evaluate
 from r2med.types import Qrels, Run, Scores
 
 __all__ = ["Dataset", "Encoder", "Qrels", "R2MedError", "Run", "Scores", "__version__", "evaluate", "load_dataset",
-           "load_datasets", "run", "run_pipeline"]
+           "load_datasets", "reproduce", "run", "run_pipeline"]
 
-#: loaded on first use (``r2med.run`` pulls in the pipeline; importing ``r2med`` stays light)
-_LAZY = {"Encoder": "r2med.retrievers.dense.python_encoder", "run": "r2med.pipeline", "run_pipeline": "r2med.pipeline"}
+#: loaded on first use (``r2med.run`` pulls in the pipeline, ``r2med.reproduce`` the published plans; importing
+#: ``r2med`` stays light)
+_LAZY = {"Encoder": "r2med.retrievers.dense.python_encoder", "reproduce": "r2med.reproduction", "run": "r2med.pipeline",
+         "run_pipeline": "r2med.pipeline"}
 
 
 def __getattr__(name: str):

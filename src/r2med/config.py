@@ -4,8 +4,8 @@ Every command that runs stages (``r2med run``, ``r2med rerank``, ``r2med reprodu
 :class:`PipelineSpec` and calls ``r2med.pipeline.run_pipeline(spec)``.
 
 A spec file (``r2med run --config pipeline.toml``; docs/pipelines.md shows one) has a ``[pipeline]`` table (name,
-datasets, data_dir, output, top_k), an optional ``[expansion]``, one ``[[retriever]]`` table per retriever (``name``
-and its family's options), a ``[fusion]`` with two or more (``method`` and its options), an optional ``[reranker]``
+datasets, data_dir, output, top_k), an optional ``[expansion]``, one ``[[retriever]]`` table per retriever (``name``,
+its family's options and ``system``, the name of its results), a ``[fusion]`` with two or more (``method`` and its options), an optional ``[reranker]``
 (``name``, ``top_k``, ``truncate``, ``identical_ids`` and its kind's options), or an ``[agent]`` table instead of the
 retrievers (``AgentConfig``'s options, ``search_with``, ``knowledge_dir``). Every table's keys are the options its
 component declares (``r2med.options``; docs/options.md): unknown keys, types, choices and ranges are errors naming the
@@ -124,6 +124,10 @@ class PipelineSpec:
         if self.first_stage_system is not None:  # a folder: reranker/<reranker>/<system>/
             check_name(self.first_stage_system, what="--system")
         check_distinct(self.retrievers)
+        named = self.retrievers[0].named if len(self.retrievers) == 1 and self.fusion is None else None
+        if self.name is not None and named is not None and named != self.name:
+            raise UsageError(f"--name {self.name} and {self.retrievers[0].name}'s name={named} both name the "
+                             "retriever's results; keep one")
         weights = self.fusion.options.get("weights") if self.fusion is not None else None
         if weights is not None and len(weights) != len(self.retrievers):
             raise UsageError(f"{len(weights)} fusion weights for {len(self.retrievers)} retrievers; give one weight per "
@@ -172,10 +176,14 @@ def _retriever(entry: Any, where: str) -> RetrieverSpec:
         check_known(RetrieverSpec(name))
     except UsageError as exc:
         raise InvalidInputError(f"{where}: {exc}") from None
-    common = values_from_table(RetrieverOptions, {k: v for k, v in entry.items() if k == "identical_ids"}, where)
-    from_table(family.options, entry, where, ignore=("name", "identical_ids"))  # the options' own rules too
-    options = values_from_table(family.options, entry, where, ignore=("name", "identical_ids"))
-    return RetrieverSpec(name, options, common.get("identical_ids"))
+    # ``name`` is the retriever; ``system`` names its results (the inline NAME:name=... of the command line)
+    own = ("identical_ids", "system")
+    common = values_from_table(RetrieverOptions, {k: v for k, v in entry.items() if k in own}, where)
+    from_table(family.options, entry, where, ignore=("name", *own))  # the options' own rules too
+    options = values_from_table(family.options, entry, where, ignore=("name", *own))
+    if common.get("system") is not None:
+        _name(common["system"], where, "system")
+    return RetrieverSpec(name, options, common.get("identical_ids"), named=common.get("system"))
 
 
 def _fusion(table: dict[str, Any], where: str) -> FusionSpec:

@@ -215,7 +215,7 @@ def test_reproduce_has_a_deadline_for_its_first_stage_download(cli, server, isol
 
 
 def test_reproduce_hands_its_deadline_to_the_servers_of_the_row():
-    from r2med.reproduce import plan_for
+    from r2med.reproduction import plan_for
     from r2med.rerankers.registry import options_for
 
     spec = plan_for("reranker/reasonrank-32b/e5/top_100").spec(datasets=["Biology"], timeout=2.5, max_retries=0)

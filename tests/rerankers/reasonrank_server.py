@@ -5,6 +5,10 @@ message content), a ``Reply`` (content plus ``reasoning_content``, chat only) or
 and the number of passages are read from ReasonRank's post prompt ("Search Query: ...\\nRank the n passages above");
 every request is recorded with its path, body and the passage lines it showed. Usage: ``10 * n`` prompt tokens and
 5 completion tokens per request, so a test can work out the cost line.
+
+What else it serves is what vLLM serves: ``GET /v1/models`` lists ``model`` (with vLLM's ``max_model_len``), ``POST
+/tokenize`` and ``/detokenize`` (vLLM's bodies) tokenize one token per character; any other path is a 404, as on a
+server that lacks it (``other`` counts those calls).
 """
 
 from __future__ import annotations
@@ -37,9 +41,13 @@ class Recorded:
 
 
 class ReasonRankServer:
-    def __init__(self, answer: Callable[[str, int, dict], Any], *, latency: float = 0.0) -> None:
+    def __init__(self, answer: Callable[[str, int, dict], Any], *, latency: float = 0.0,
+                 model: str = "liuwenhan/reasonrank-32B", max_model_len: int = 32768) -> None:
         self.answer = answer
         self.latency = latency
+        self.model = model
+        self.max_model_len = max_model_len
+        self.other: list[str] = []  # paths answered 404
         self.requests: list[Recorded] = []
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -58,6 +66,22 @@ class ReasonRankServer:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)
+
+    def _served(self, method: str, path: str, body: dict) -> tuple[int, dict] | None:
+        """vLLM's other endpoints; None for the completions (answered by ``_respond``)."""
+        if method == "GET" and path == "/v1/models":
+            return 200, {"object": "list", "data": [{"id": self.model, "object": "model", "owned_by": "vllm",
+                                                     "max_model_len": self.max_model_len}]}
+        if method == "POST" and path == "/tokenize":
+            tokens = [ord(c) for c in body.get("prompt", "")]
+            return 200, {"count": len(tokens), "max_model_len": self.max_model_len, "tokens": tokens}
+        if method == "POST" and path == "/detokenize":
+            return 200, {"prompt": "".join(chr(t) for t in body.get("tokens", []))}
+        if method == "POST" and path in ("/v1/completions", "/v1/chat/completions"):
+            return None
+        with self._lock:
+            self.other.append(f"{method} {path}")
+        return 404, {"object": "error", "message": f"Not Found: {path}", "type": "NotFoundError", "code": 404}
 
     def _respond(self, path: str, body: dict) -> tuple[int, dict]:
         text = body["prompt"] if path.endswith("/completions") and "prompt" in body else body["messages"][-1]["content"]
@@ -93,9 +117,17 @@ class ReasonRankServer:
             def log_message(self, *args: object) -> None:
                 pass
 
+            def do_GET(self) -> None:
+                status, payload = server._served("GET", self.path, {}) or (404, {})
+                self._send(status, payload)
+
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", 0))
-                status, payload = server._respond(self.path, json.loads(self.rfile.read(length)))
+                body = json.loads(self.rfile.read(length) or b"{}")
+                status, payload = server._served("POST", self.path, body) or server._respond(self.path, body)
+                self._send(status, payload)
+
+            def _send(self, status: int, payload: dict) -> None:
                 data = json.dumps(payload).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")

@@ -19,7 +19,9 @@ def retriever_flags() -> list[Flags]:
     from r2med.retrievers.registry import retriever_option_classes
 
     titles = {"RetrieverOptions": "every retriever", "BM25Options": "BM25", "DenseOptions": "dense retrievers"}
-    return [Flags(cls, title=titles.get(cls.__name__, cls.__name__)) for cls in retriever_option_classes()]
+    # ``system`` names one retriever (NAME:name=...), not every retriever of a command: no flag
+    return [Flags(cls, title=titles.get(cls.__name__, cls.__name__), skip=("system",))
+            for cls in retriever_option_classes()]
 
 
 def reranker_flags(*, rename: dict[str, str] | None = None) -> list[Flags]:

@@ -8,10 +8,10 @@ from r2med.options import Flags, doc_rows
 
 
 def command_flags() -> dict[str, Callable[[], list[Flags]]]:
-    from r2med.cli import agent, expand, fuse, rerank, run, serve
+    from r2med.cli import agent, expand, fuse, reproduce, rerank, run, serve
 
     return {"run": run.flag_sets, "rerank": rerank.flag_sets, "expand": expand.flag_sets, "agent": agent.flag_sets,
-            "fuse": fuse.flag_sets, "serve": serve.flag_sets}
+            "fuse": fuse.flag_sets, "serve": serve.flag_sets, "reproduce": reproduce.flag_sets}
 
 
 def options_markdown() -> str:

@@ -42,24 +42,38 @@ class RetrieverOptions:
     identical_ids: str | None = option(None, "drop documents whose id equals the query id before scoring (BEIR's "
                                        "ignore_identical_ids); default as the official numbers: drop for dense, keep "
                                        "for BM25", choices=IDENTICAL_IDS)
+    # inline NAME:name=minilm (or system=minilm); in a pipeline file's [[retriever]] table ``system = "minilm"``, as
+    # ``name`` there is the retriever itself. Not a command-wide flag (it names one retriever; --name names a run's).
+    system: str | None = option(None, "the name of this retriever's results: base retriever/<system>/, and its part of a "
+                                "fusion's name (default: its model's: a zoo name, a hub id, or a local directory's "
+                                "name and 8 hex digits of its path)", aliases=("name",))
 
 
 @dataclass(frozen=True)
 class RetrieverSpec:
     """One retriever of ``r2med run`` or a pipeline's ``[[retriever]]`` table: its ``name``, its family's ``options``
     (a dict of the values given, or the family's options object; the rest take their defaults), ``identical_ids``
-    ("drop" | "keep" | None: the family's default, dense drop and BM25 keep) and, for ``r2med.run(model)``, the Python
-    ``encoder`` (wrapped in a ``PythonEncoder``; then ``name`` is its system name)."""
+    ("drop" | "keep" | None: the family's default, dense drop and BM25 keep), for ``r2med.run(model)`` the Python
+    ``encoder`` (wrapped in a ``PythonEncoder``; then ``name`` is its system name), and ``named``: the name of its
+    results when the user gives one (``PATH:name=minilm``), instead of its model's.
+
+    >>> RetrieverSpec.parse("/models/all-MiniLM-L6-v2:name=minilm").system()
+    'minilm'
+    """
 
     name: str
     options: Any = field(default_factory=dict)
     identical_ids: str | None = None
     encoder: Any = None
+    named: str | None = None
 
     def __post_init__(self) -> None:
         if self.identical_ids not in (None, *IDENTICAL_IDS):
             raise UsageError(f"identical_ids must be 'drop' or 'keep' (or unset: the family's default), "
                              f"got {self.identical_ids!r}")
+        if self.named is not None:  # a results folder: base retriever/<named>/
+            check_name(self.named, what=f"retriever {self.name!r}: name {self.named!r}",
+                       fix="it names one results folder; use a plain name such as 'minilm'")
 
     @classmethod
     def parse(cls, text: str, *, given: Mapping[str, Any] | None = None, identical_ids: str | None = None,
@@ -73,8 +87,9 @@ class RetrieverSpec:
             _check_not_inline(name, where)
         inline = values_from_text([family.options, RetrieverOptions], pairs, where)
         identical = inline.pop("identical_ids", identical_ids)
+        named = inline.pop("system", None)
         own = {key: value for key, value in (given or {}).items() if key in family.option_names()}
-        return cls(name, {**own, **inline}, identical)
+        return cls(name, {**own, **inline}, identical, named=named)
 
     def family(self) -> RetrieverFamily:
         return next(family for family in FAMILIES if family.matches(self))
@@ -87,8 +102,9 @@ class RetrieverSpec:
         return family.options(**{**family.presets.get(self.name.strip().lower(), {}), **dict(self.options)})
 
     def system(self) -> str:
-        """The results-folder name this retriever gets (known before it is built: pipelines check it)."""
-        return self.family().system(self, self.resolved())
+        """The results-folder name this retriever gets (known before it is built: pipelines check it): the name given
+        to it, else its family's for its model."""
+        return self.named or self.family().system(self, self.resolved())
 
     def needs(self) -> tuple[Need, ...]:
         """What running this retriever needs (its family's declaration: ``r2med.needs``); loads nothing.
@@ -120,7 +136,9 @@ def check_distinct(specs: Sequence[RetrieverSpec]) -> None:
         system = spec.system()
         if system in seen:
             first = specs[seen[system] - 1]
-            if first.key() == spec.key():
+            if first.named is not None or spec.named is not None:
+                fix = "give each its own name (NAME:name=..., or system = ... in a pipeline file)"
+            elif first.key() == spec.key():
                 fix = "the same retriever twice; drop one, or name each variant (--retriever bm25 --retriever bm25:variant=lucene)"
             else:  # options that do not name the folder (a dense model's instructions, batch size)
                 fix = ("their options differ, but a retriever's results folder is named by its model or BM25 variant "
@@ -395,6 +413,8 @@ def make_retriever(spec: RetrieverSpec | str, *, cache_dir: Path | None, progres
         spec = RetrieverSpec.parse(spec)
     family = spec.family()
     retriever = family.build(spec, spec.resolved(), Runtime(cache_dir, progress))
+    if spec.named is not None:  # the user's name for its results (its caches stay keyed by the model)
+        retriever.name = spec.named
     if spec.identical_ids is not None:  # default: as the official numbers of the family (dense drop, BM25 keep)
         retriever.ignore_identical_ids = spec.identical_ids == "drop"
     return retriever

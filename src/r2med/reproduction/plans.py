@@ -30,6 +30,7 @@ is compared on its average, the only number published, to 0.01.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
@@ -147,11 +148,13 @@ class Plan:
     def spec(self, *, datasets: list[str] | None = None, data_dir: Path | None = None, output: Path = Path("results"),
              device: str | None = None, batch_size: int | None = None,
              first_stage: str | Path | None = None, timeout: float | None = None,
-             max_retries: int | None = None) -> PipelineSpec:
+             max_retries: int | None = None, options: Mapping[str, Any] | None = None) -> PipelineSpec:
         """The ``PipelineSpec`` that runs this configuration: the retriever (with the published expansions and the
         authors' answer policy for GAR rows), then for reranker rows the reranker over its top k, truncated; with
         ``first_stage`` (a local file or directory of stored runs) the reranker over those instead, its results
-        under the first stage's published name (``reranker/<reranker>/e5/top_100``)."""
+        under the first stage's published name (``reranker/<reranker>/e5/top_100``). ``options``: more option values
+        by name (the LLM endpoint's ``base_url``, ``llm_model``, ``api_key_env``), each taken by the components that
+        declare it."""
         from r2med.config import PipelineSpec, RerankSpec
         from r2med.retrievers.registry import RetrieverSpec
 
@@ -159,6 +162,7 @@ class Plan:
         # embeddings API's), and leaves out the others
         given = {key: value for key, value in (("device", device), ("batch_size", batch_size), ("timeout", timeout),
                                                ("max_retries", max_retries)) if value is not None}
+        given.update({key: value for key, value in (options or {}).items() if value is not None})
         rerank = None
         if self.reranker is not None:
             rerank = RerankSpec(self.reranker, top_k=int(self.rerank_top_k or 100), truncate=True, options=given)
