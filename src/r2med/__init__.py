@@ -15,11 +15,12 @@ from r2med.errors import R2MedError
 from r2med.evaluation import evaluate
 from r2med.types import Qrels, Run, Scores
 
-__all__ = ["Dataset", "Encoder", "Qrels", "R2MedError", "Run", "Scores", "__version__", "evaluate", "load_dataset",
-           "load_datasets", "run", "run_pipeline"]
+__all__ = ["Dataset", "Encoder", "Plan", "Qrels", "R2MedError", "Run", "Scores", "__version__", "evaluate", "execute",
+           "load_dataset", "load_datasets", "plan", "run", "run_pipeline"]
 
 #: loaded on first use (``r2med.run`` pulls in the pipeline; importing ``r2med`` stays light)
-_LAZY = {"Encoder": "r2med.retrievers.dense.python_encoder", "run": "r2med.pipeline", "run_pipeline": "r2med.pipeline"}
+_LAZY = {"Encoder": "r2med.retrievers.dense.python_encoder", "run": "r2med.pipeline", "run_pipeline": "r2med.pipeline",
+         "Plan": "r2med.planning", "plan": "r2med.planning", "execute": "r2med.planning"}
 
 
 def __getattr__(name: str):
