@@ -22,7 +22,8 @@ def test_the_contracts_cover_cycles_and_layers():
     kinds = {c["type"]: c for c in _contracts()}
     assert kinds["acyclic_siblings"]["ancestors"] == ["r2med"]
     layers = kinds["layers"]["layers"]
-    assert layers[0] == "cli" and layers[1] == "pipeline : reproduce" and layers.index("stages") == 3
+    assert layers[0] == "cli" and layers[1] == "pipeline : reproduce"
+    assert layers.index("planning") == 2 and layers.index("config") == 3 and layers.index("stages") == 4
 
 
 def test_import_linter_passes(capsys):

@@ -29,7 +29,7 @@ import json
 import os
 import shlex
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -684,6 +684,67 @@ def _execute(plan: Plan, ctx: _Context, loaders: list, lock: Any, *, resume: boo
             run(Rerank(reranker, first, top_k=rerank.top_k, truncate=rerank.truncate,
                        ignore_identical_ids=rerank.identical_ids == "drop", key=reranker_key(rerank)), planned)
     return results
+
+
+def plan_expand(config: Any, *, base_url: str, api_key_env: str | None, tasks: Sequence[str] | None = None,
+                data_dir: Path | None = None, first_stage: Path | None = None, out: Path | None = None,
+                check: Callable[[list[str]], None] | None = None, resume: bool = True,
+                settings: Settings | None = None, command: Sequence[str] = ()) -> Plan:
+    """The plan of ``r2med expand``: ``config`` (an ``ExpansionConfig``) over the datasets of ``tasks`` / ``data_dir``,
+    each dataset's expansion file (``out``, else ``$R2MED_HOME/expansions/<Dataset>/<method>/<llm>/``) and whether a
+    stored one is kept (its manifest has this method, model, sampling, style and policy; the requests' hashes are
+    checked when it runs), LameR's first-stage run per dataset, the endpoint and its key. ``check(names)``: the
+    command's own check of the datasets (their prompts). Every problem at once, as :func:`plan`."""
+    from r2med.datasets.loading import locate
+    from r2med.expansion.methods import gar_method
+    from r2med.manifest import load_manifest
+    from r2med.store.expansions import EXPANSION_FILE, expansion_dir, llm_dir_name
+
+    settings = settings or get_settings()
+    problems = _Problems()
+    datasets = problems.check(lambda: locate(list(tasks) if tasks else None, data_dir=data_dir, settings=settings),
+                              default=[])
+    names = [name for name, _ in datasets]
+    if check is not None and names:
+        problems.check(lambda: check(names))
+    method, llm = config.method.strip().lower(), llm_dir_name(config.name)
+    inputs = []
+    if first_stage is not None and gar_method(method).first_stage:
+        for name in names:
+            path = Path(first_stage)
+            run = path if path.is_file() else path / f"{name}.run"
+            if not run.is_file():
+                problems.add(MissingResourceError(
+                    f"--first-stage {path}: no run for {name} (looked for {run}); make one with 'r2med run --retriever "
+                    f"bm25 --tasks {name}' (writes 'results/base retriever/bm25/{name}.run')"))
+            inputs.append(str(run))
+    files: dict[str, str] = {}
+    stored: dict[str, str] = {}
+    for name in names:
+        folder = (expansion_dir(settings, name, method, llm) if out is None
+                  else Path(out) / name if len(names) > 1 else Path(out))
+        target = folder / EXPANSION_FILE
+        files[name] = str(target)
+        try:
+            manifest = load_manifest(target) if target.is_file() else None
+        except R2MedError:
+            manifest = None
+        if not target.is_file() or manifest is None:
+            stored[name] = NEW
+            continue
+        had = ((manifest.get("config") or {}).get("expansion")) or {}
+        same = all(had.get(key) == value for key, value in (
+            ("method", method), ("model", config.llm_model), ("llm", config.name), ("style", config.style),
+            ("policy", config.policy), ("sampling", json.dumps(asdict(config.sampling), sort_keys=True))))
+        stored[name] = (REUSED if same else RECOMPUTED) if resume else FORCED
+    endpoint = _endpoint("expand", base_url, config.llm_model, api_key_env)
+    stage = PlannedStage("expand", f"expand/{method}/{llm}", f"{method} with {config.llm_model}",
+                         options=_jsonable({"method": method, "llm": config.name, "style": config.style,
+                                            "policy": config.policy, "sampling": asdict(config.sampling)}),
+                         needs=(Need("llm-server", f"{config.llm_model} on {base_url}"),),
+                         inputs=tuple(inputs), files=files, stored=stored)
+    problems.raise_any()
+    return Plan(None, tuple(datasets), (stage,), (endpoint,), out, tuple(command), settings)
 
 
 # -- the one printer: a plan as text (``--dry-run``) or JSON (``--dry-run --json``) --------------------------------
