@@ -17,7 +17,7 @@ itself as JSON (:meth:`Plan.to_json`) and as text (:func:`describe`): what ``--d
 >>> from pathlib import Path
 >>> from r2med.config import PipelineSpec
 >>> from r2med.retrievers.registry import RetrieverSpec
->>> p = plan(PipelineSpec(retrievers=(RetrieverSpec("bm25"),), datasets=("Biology",), output=Path("/nonexistent/r")))
+>>> p = plan(PipelineSpec(retrievers=(RetrieverSpec("bm25"),), datasets=("Biology",), output=Path("results")))
 >>> [(s.role, s.where) for s in p.stages], p.datasets
 ([('retrieve', 'base retriever/bm25')], (('Biology', None),))
 """
@@ -749,6 +749,22 @@ def plan_expand(config: Any, *, base_url: str, api_key_env: str | None, tasks: S
 
 # -- the one printer: a plan as text (``--dry-run``) or JSON (``--dry-run --json``) --------------------------------
 
+def options_text(options: dict[str, Any]) -> str:
+    """A stage's declared options as ``key=value`` pairs: a component's key (``{"options": {...}, ...}``) by its own
+    options, then the keys beside them that are set (``identical_ids``); the family and name are shown already.
+
+    >>> options_text({"family": "bm25", "name": "bm25", "identical_ids": None, "options": {"k1": 0.9, "b": 0.4}})
+    'b=0.4, k1=0.9'
+    >>> options_text({"k": 60})
+    'k=60'
+    """
+    own = dict(options.get("options") or {}) if isinstance(options.get("options"), dict) else {}
+    rest = {k: v for k, v in options.items() if k not in ("options", "family", "name", "kind") and v is not None}
+    pairs = {**dict(sorted(own.items())), **dict(sorted(rest.items()))}
+    return ", ".join(f"{k}={json.dumps(v, default=str) if not isinstance(v, str) else v}" for k, v in pairs.items()
+                     if v is not None)
+
+
 def describe(plan: Plan, *, title: str | None = None) -> str:
     """The plan as ``--dry-run`` prints it: the datasets, each stage (its result path, what runs, its options,
     what it reads, needs and imports, and per dataset whether a stored result is reused), the endpoints and keys,
@@ -761,8 +777,9 @@ def describe(plan: Plan, *, title: str | None = None) -> str:
     for i, stage in enumerate(plan.stages, start=1):
         lines.append(f"  {i}. {stage.role}: {stage.where}")
         lines.append(f"     runs: {stage.component}")
-        if stage.options:
-            lines.append(f"     options: {json.dumps(stage.options, sort_keys=True, default=str)}")
+        shown = options_text(stage.options)
+        if shown:
+            lines.append(f"     options: {shown}")
         for item in stage.inputs:
             lines.append(f"     reads: {item}")
         if stage.extras:
