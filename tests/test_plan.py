@@ -208,3 +208,28 @@ def test_the_printed_command_runs_a_bm25_minilm_fusion(sample, tmp_path, cli, mo
     assert made == paths and len(made) == 3
     again = cli(*args, "--dry-run", "--json").json()
     assert [s["stored"]["scifact-sample"] for s in again["stages"]] == ["reused"] * 3
+
+
+def test_a_missing_expansion_file_and_an_unknown_retriever_together(sample, tmp_path, cli):
+    # a dataset outside R2MED has no hub copy: its missing expansion file is a problem of the plan, not of the run
+    result = cli("run", "--data-dir", sample, "--expansion", "hyde/nosuch-llm", "--retriever", "bm25", "--retriever",
+                 "nosuch", "--fuse", "rrf", "--output", tmp_path / "results")
+    assert result.code == 2
+    problems = [line for line in result.err.splitlines() if line.startswith("  - ")]
+    assert len(problems) == 2
+    assert problems[0].startswith("  - no hyde/nosuch-llm expansions for scifact-sample: looked for "
+                                  f"{sample / 'scifact-sample' / 'hyde' / 'nosuch-llm' / 'query_with_hydoc.jsonl'}, ")
+    assert problems[1].startswith("  - unknown retriever 'nosuch'")
+    assert _files(tmp_path / "results") == []
+
+
+def test_rerank_reports_a_missing_first_stage_and_an_unset_key_together(sample, tmp_path, cli, monkeypatch):
+    monkeypatch.delenv("R2MED_TEST_UNSET_KEY", raising=False)
+    result = cli("rerank", "--data-dir", sample, "--run", "bm25", "--reranker", "listwise", "--llm-model", "m",
+                 "--api-key-env", "R2MED_TEST_UNSET_KEY", "--output", tmp_path / "results")
+    assert result.code == 2  # the smallest exit code: the unset key (2), not the missing run (4)
+    problems = [line for line in result.err.splitlines() if line.startswith("  - ")]
+    missing = tmp_path / "results" / "base retriever" / "bm25"
+    assert problems[0].startswith(f"  - no first-stage run for scifact-sample in {missing}")  # in stage order
+    assert problems[1] == "  - --api-key-env R2MED_TEST_UNSET_KEY: that environment variable is not set"
+    assert len(problems) == 2

@@ -14,6 +14,8 @@ code  class                       meaning
 6     ``ProviderError``           a provider or runtime failure (hub, API, model runtime, another
                                   file-system failure); a results directory another r2med process is
                                   using (``ResultsBusyError``)
+2-6   ``PlanError``               several problems a plan found before any work (``r2med.planning``): the
+                                  smallest exit code among them
 130                               interrupted (Ctrl-C or SIGTERM)
 ====  ==========================  =====================================================================
 """
@@ -107,8 +109,9 @@ class IncompleteResultError(ProviderError):
 
 
 class PlanError(R2MedError):
-    """Several problems a plan found before any work (``r2med.planning``): each is an R2MedError of its own, all listed in
-    one message; the exit code is the smallest of theirs (a usage mistake first, then a missing extra, resource, ...).
+    """Several problems a plan found before any work (``r2med.planning``): each is an R2MedError of its own, all
+    listed in one message; the exit code is the smallest of theirs (a usage mistake first, then a missing extra, a
+    missing resource, ...).
     """
 
     def __init__(self, problems: list[R2MedError]) -> None:

@@ -368,9 +368,10 @@ def _plan_retrievers(spec: PipelineSpec, settings: Settings, datasets: list, pro
             endpoints.append(found)
         files, stored = _stored(spec.output, where, names, {"top_k": spec.top_k}, resume=resume)
         stored = _refine_retriever(spec.output, where, names, key, stored)
-        expansions = _expansion_files(expansion, datasets, settings) if expansion is not None else ()
+        expansions = _expansion_files(expansion, datasets, settings, problems) if expansion is not None else ()
         stages.append(PlannedStage("retrieve", str(where), rspec.name, options=_jsonable(key), needs=rspec.needs(),
-                                   extras=tuple(e for e, _ in _retriever_extras(rspec)), inputs=expansions, files=files, stored=stored,
+                                   extras=tuple(e for e, _ in _retriever_extras(rspec)), inputs=expansions,
+                                   files=files, stored=stored,
                                    build=_retriever_builder(rspec, where)))
         inputs.append(where)
     if not inputs:
@@ -404,9 +405,10 @@ def _refine_retriever(output: Path, where: SystemPath, names: list, key: dict, s
     return out
 
 
-def _expansion_files(expansion: Any, datasets: list, settings: Settings) -> tuple[str, ...]:
-    """Where each dataset's expansion file is looked for (the first that exists; else the hub's copy, fetched when
-    the stage runs)."""
+def _expansion_files(expansion: Any, datasets: list, settings: Settings, problems: _Problems) -> tuple[str, ...]:
+    """Where each dataset's expansion file is (the first place that has it, as ``find_expansions`` looks); an R2MED
+    dataset's may be the hub's copy, fetched when the stage runs; any other dataset's must be here now."""
+    from r2med.datasets.catalog import catalog
     from r2med.store.expansions import EXPANSION_FILE, expansion_dir
 
     found = []
@@ -414,8 +416,15 @@ def _expansion_files(expansion: Any, datasets: list, settings: Settings) -> tupl
         places = ([Path(path) / expansion.method / expansion.llm / EXPANSION_FILE] if path is not None else [])
         places.append(expansion_dir(settings, name, expansion.method, expansion.llm) / EXPANSION_FILE)
         here = next((p for p in places if p.is_file()), None)
-        found.append(str(here) if here is not None else f"{expansion.method}/{expansion.llm} for {name}: "
-                     f"not on this machine (the hub's copy is fetched; else generate it with r2med expand)")
+        if here is not None:
+            found.append(str(here))
+        elif name in catalog():
+            found.append(f"{expansion.method}/{expansion.llm} for {name}: the hub's copy (fetched when it runs)")
+        else:
+            problems.add(MissingResourceError(
+                f"no {expansion.method}/{expansion.llm} expansions for {name}: looked for "
+                f"{', '.join(map(str, places))}. Generate them with 'r2med expand --method {expansion.method} "
+                f"--llm-name {expansion.llm} --llm-model MODEL --base-url URL --tasks {name}'"))
     return tuple(found)
 
 
@@ -480,7 +489,8 @@ def _plan_agent(spec: PipelineSpec, settings: Settings, names: list, problems: _
         where = SystemPath.agent(str(seeded.style), llm_dir_name(named), searcher)
         files, stored = _stored(spec.output, where, names, {"top_k": spec.top_k}, resume=resume)
         stages.append(PlannedStage("agent", str(where), f"{seeded.style} with {seeded.llm_model}",
-                                   options=_jsonable({"seed": seeded.seed, "search_with": str(getattr(search, "name", search))}),
+                                   options=_jsonable({"seed": seeded.seed,
+                                                      "search_with": str(getattr(search, "name", search))}),
                                    needs=needs, extras=search_extras, files=files, stored=stored,
                                    build=_agent_builder(seeded)))
         last = where
@@ -545,7 +555,8 @@ def _plan_reranker(spec: PipelineSpec, settings: Settings, names: list, first: A
     for dataset in names:  # the reranker's own key, from its manifest
         if stored.get(dataset) == REUSED:
             stored[dataset] = _reranker_stored(spec.output, where, dataset, key)
-    stages.append(PlannedStage("rerank", str(where), found.name, options=_jsonable(key), needs=reranker_needs(rerank.name),
+    stages.append(PlannedStage("rerank", str(where), found.name, options=_jsonable(key),
+                               needs=reranker_needs(rerank.name),
                                extras=(extra,) if extra else (), inputs=(_first_input(first),),
                                files=files, stored=stored))
 

@@ -1,7 +1,7 @@
 """``r2med agent``: Search-R1 or Search-o1 over any r2med retriever, on R2MED datasets or any collection.
 
-Thin: builds a ``PipelineSpec`` whose first stage is the agent (``AgentSpec``), calls ``run_pipeline`` and prints
-the agent's own ranking per dataset and where its expansion file and trajectories are.
+Thin: builds a ``PipelineSpec`` whose first stage is the agent (``AgentSpec``), plans it (``--dry-run`` prints the
+plan), executes it and prints the agent's own ranking per dataset and where its expansion file and trajectories are.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """``r2med rerank``: rerank a first stage's top k with a cross-encoder, RankLLaMA or a listwise LLM.
 
 Thin: parses, builds a ``PipelineSpec`` whose first stage is the stored runs of ``--run`` and whose last is
-the reranker, calls ``run_pipeline`` and prints a summary. Importing this module imports nothing heavy.
+the reranker, plans it (``--dry-run`` prints the plan), executes it and prints a summary. Importing this module
+imports nothing heavy.
 """
 
 from __future__ import annotations

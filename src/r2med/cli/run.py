@@ -1,7 +1,7 @@
 """``r2med run``: a retriever (with expansions, a reranker) or a pipeline over datasets; results in the official layout.
 
-Thin: builds a ``PipelineSpec`` from ``--config FILE`` or the flags, calls ``run_pipeline`` and prints the table
-(one retriever: its nDCG@10 and R@100; a pipeline: every stage's nDCG@10 side by side).
+Thin: builds a ``PipelineSpec`` from ``--config FILE`` or the flags, plans it (``r2med.planning.plan``; ``--dry-run``
+prints the plan), executes it and prints the table (one retriever: its nDCG@10 and R@100; a pipeline: every stage's nDCG@10 side by side).
 """
 
 from __future__ import annotations
