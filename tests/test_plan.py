@@ -233,3 +233,24 @@ def test_rerank_reports_a_missing_first_stage_and_an_unset_key_together(sample, 
     assert problems[0].startswith(f"  - no first-stage run for scifact-sample in {missing}")  # in stage order
     assert problems[1] == "  - --api-key-env R2MED_TEST_UNSET_KEY: that environment variable is not set"
     assert len(problems) == 2
+
+
+def test_a_fusion_over_a_new_input_is_recomputed_not_reused(sample, tmp_path, cli):
+    out = tmp_path / "results"
+    both = ["run", "--data-dir", sample, "--output", out, "--fuse", "rrf", "--name", "both", "--retriever", "bm25"]
+    assert cli(*both, "--retriever", "bm25-lucene", "-q").code == 0
+    again = cli(*both, "--retriever", "bm25-lucene", "--dry-run", "--json").json()
+    assert [s["stored"]["scifact-sample"] for s in again["stages"]] == ["reused", "reused", "reused"]
+    changed = cli(*both, "--retriever", "bm25:k1=1.2", "--dry-run", "--json").json()
+    # the stored fusion/both has the same method and options, but one of its inputs is new
+    assert [(s["where"], s["stored"]["scifact-sample"]) for s in changed["stages"]] == [
+        ("base retriever/bm25", "reused"), ("base retriever/bm25-k1_1.2-b_0.4", "new"), ("fusion/both", "recomputed")]
+
+
+def test_a_listwise_reranker_without_a_model_is_one_problem(sample, tmp_path, cli):
+    result = cli("rerank", "--data-dir", sample, "--run", "bm25", "--reranker", "listwise", "--output", tmp_path / "r")
+    assert result.code == 2
+    problems = [line for line in result.err.splitlines() if line.startswith("  - ")]
+    # the missing run (4) and the missing model (2), each once (the model is not reported again for the folder name)
+    assert len(problems) == 2 and problems[0].startswith("  - no first-stage run for scifact-sample")
+    assert problems[1] == "  - no LLM given: pass --llm-model MODEL (and --base-url URL)"

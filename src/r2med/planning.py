@@ -153,13 +153,15 @@ class _Problems:
         try:
             return fn()
         except PlanError as exc:
-            self.found.extend(exc.problems)
+            for problem in exc.problems:
+                self.add(problem)
         except R2MedError as exc:
-            self.found.append(exc)
+            self.add(exc)
         return default
 
     def add(self, exc: R2MedError) -> None:
-        self.found.append(exc)
+        if not any(type(seen) is type(exc) and str(seen) == str(exc) for seen in self.found):  # one mistake, once
+            self.found.append(exc)
 
     def raise_any(self) -> None:
         if len(self.found) == 1:
@@ -382,10 +384,18 @@ def _plan_retrievers(spec: PipelineSpec, settings: Settings, datasets: list, pro
         where = SystemPath.fusion(name)
         declared = {"fusion": {"method": spec.fusion.method, **spec.fusion.options}, "top_k": spec.top_k}
         files, stored = _stored(spec.output, where, names, declared, resume=resume)
+        stored = _after(stored, [stage.stored for stage in stages[-len(inputs):]])
         stages.append(PlannedStage("fuse", str(where), spec.fusion.method, options=_jsonable(spec.fusion.options),
                                    inputs=tuple(map(str, inputs)), files=files, stored=stored))
         last = where
     return last
+
+
+def _after(stored: dict[str, str], inputs: list[dict[str, str]]) -> dict[str, str]:
+    """A stored result made from stored inputs is reused only when they are: one recomputed or new input makes it
+    recomputed (its key holds its inputs' configuration hashes, or their run's digest)."""
+    return {name: RECOMPUTED if state == REUSED and any(other.get(name) != REUSED for other in inputs) else state
+            for name, state in stored.items()}
 
 
 def _refine_retriever(output: Path, where: SystemPath, names: list, key: dict, stored: dict) -> dict:
@@ -532,7 +542,8 @@ def _plan_reranker(spec: PipelineSpec, settings: Settings, names: list, first: A
     if found is None or options is None:
         return
     if isinstance(options, LLMOptions):
-        problems.check(options.ready)
+        if not problems.check(lambda: (options.ready(), True)[1], default=False) and found.kind == "listwise":
+            return  # no LLM: the listwise reranker's folder (listwise-<LLM>) has no name yet
         endpoint = _reranker_endpoint(rerank, options, settings)
         if endpoint is not None:
             endpoints.append(endpoint)
@@ -555,6 +566,8 @@ def _plan_reranker(spec: PipelineSpec, settings: Settings, names: list, first: A
     for dataset in names:  # the reranker's own key, from its manifest
         if stored.get(dataset) == REUSED:
             stored[dataset] = _reranker_stored(spec.output, where, dataset, key)
+    if stages and stages[-1].role != "first stage":  # a first stage made in this pipeline
+        stored = _after(stored, [stages[-1].stored])
     stages.append(PlannedStage("rerank", str(where), found.name, options=_jsonable(key),
                                needs=reranker_needs(rerank.name),
                                extras=(extra,) if extra else (), inputs=(_first_input(first),),
