@@ -419,22 +419,18 @@ def _expansion_files(expansion: Any, datasets: list, settings: Settings, problem
     """Where each dataset's expansion file is (the first place that has it, as ``find_expansions`` looks); an R2MED
     dataset's may be the hub's copy, fetched when the stage runs; any other dataset's must be here now."""
     from r2med.datasets.catalog import catalog
-    from r2med.store.expansions import EXPANSION_FILE, expansion_dir
+    from r2med.expansion.published import expansion_places, missing_expansions
 
     found = []
     for name, path in datasets:
-        places = ([Path(path) / expansion.method / expansion.llm / EXPANSION_FILE] if path is not None else [])
-        places.append(expansion_dir(settings, name, expansion.method, expansion.llm) / EXPANSION_FILE)
+        places = expansion_places(name, path, expansion.method, expansion.llm, settings)
         here = next((p for p in places if p.is_file()), None)
         if here is not None:
             found.append(str(here))
         elif name in catalog():
             found.append(f"{expansion.method}/{expansion.llm} for {name}: the hub's copy (fetched when it runs)")
         else:
-            problems.add(MissingResourceError(
-                f"no {expansion.method}/{expansion.llm} expansions for {name}: looked for "
-                f"{', '.join(map(str, places))}. Generate them with 'r2med expand --method {expansion.method} "
-                f"--llm-name {expansion.llm} --llm-model MODEL --base-url URL --tasks {name}'"))
+            problems.add(missing_expansions(name, places, expansion.method, expansion.llm))
     return tuple(found)
 
 
