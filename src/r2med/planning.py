@@ -544,8 +544,9 @@ def _plan_reranker(spec: PipelineSpec, settings: Settings, names: list, first: A
         if endpoint is not None:
             endpoints.append(endpoint)
             if endpoint.base_url is None:
-                problems.add(UsageError(f"{found.name} runs on an OpenAI-compatible server: pass --base-url URL (or "
-                                        "set $OPENAI_BASE_URL)"))
+                problems.add(UsageError(f"{found.name} runs on an OpenAI-compatible server serving {endpoint.model}: "
+                                        f"pass --base-url (or set $OPENAI_BASE_URL), e.g. http://localhost:8000/v1 "
+                                        f"after 'vllm serve {endpoint.model}'"))
     imports = None if getattr(options, "via_server", False) else RERANKER_EXTRAS.get(found.kind)
     extra = None if imports is None else imports[0]
     if imports is not None:
