@@ -254,3 +254,16 @@ def test_a_listwise_reranker_without_a_model_is_one_problem(sample, tmp_path, cl
     # the missing run (4) and the missing model (2), each once (the model is not reported again for the folder name)
     assert len(problems) == 2 and problems[0].startswith("  - no first-stage run for scifact-sample")
     assert problems[1] == "  - no LLM given: pass --llm-model MODEL (and --base-url URL)"
+
+
+def test_hub_datasets_not_downloaded_are_a_need_online_and_a_problem_offline(tmp_path, cli, monkeypatch):
+    offline = cli("run", "--tasks", "Biology,MedQA-Diag", "--output", tmp_path / "r", "--dry-run")
+    assert offline.code == 4  # HF_HUB_OFFLINE=1 (conftest): both are reported, with how to get them
+    problems = [line for line in offline.err.splitlines() if line.startswith("  - ")]
+    assert [p.split(". ")[1].split(" is not")[0] for p in problems] == ["Biology", "MedQA-Diag"]
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    online = cli("run", "--tasks", "Biology", "--output", tmp_path / "r", "--dry-run", "--json")
+    assert online.code == 0, online.err
+    plan = online.json()
+    assert plan["datasets"] == [{"name": "Biology", "directory": None, "source": "hub"}]
+    assert plan["needs"] == [{"kind": "hub", "detail": "dataset Biology (downloaded once, at its pinned revision)"}]

@@ -116,7 +116,8 @@ class Plan:
 
     @property
     def needs(self) -> tuple[Need, ...]:
-        return merged(*(stage.needs for stage in self.stages))
+        """What the whole plan needs: each stage's, and the hub for datasets not downloaded yet."""
+        return merged(*(stage.needs for stage in self.stages), tuple(self.extra.get("data_needs", ())))
 
     @property
     def extras(self) -> tuple[str, ...]:
@@ -242,6 +243,23 @@ def _located(spec: PipelineSpec, settings: Settings, problems: _Problems) -> lis
                                          settings=settings), default=[])
 
 
+def _hub_datasets(datasets: list, settings: Settings, problems: _Problems) -> tuple[Need, ...]:
+    """The hub datasets not in the cache: a need (downloaded once, at the pinned revision), or, with
+    ``HF_HUB_OFFLINE`` set, a problem saying how to get them."""
+    from r2med.datasets.catalog import catalog
+    from r2med.datasets.hub import is_cached, offline_error
+
+    needs = []
+    for name, path in datasets:
+        if path is not None or is_cached(catalog().get(name), settings):
+            continue
+        if settings.hf_offline:
+            problems.add(offline_error(catalog().get(name), settings))
+        else:
+            needs.append(Need("hub", f"dataset {name} (downloaded once, at its pinned revision)"))
+    return tuple(needs)
+
+
 def _endpoint(stage: str, base_url: str | None, model: str | None, key_env: str | None,
               default_env: str = "OPENAI_API_KEY") -> Endpoint:
     from r2med.settings import get_secret
@@ -265,9 +283,9 @@ def plan(spec: PipelineSpec, *, settings: Settings | None = None, resume: bool =
     problems.check(lambda: check_output_dir(spec.output))
     datasets = _located(spec, settings, problems)
     names = [name for name, _ in datasets]
+    extra: dict[str, Any] = {"data_needs": _hub_datasets(datasets, settings, problems)}
     stages: list[PlannedStage] = []
     endpoints: list[Endpoint] = []
-    extra: dict[str, Any] = {}
     first: Any = None  # the reranker's first stage: a FirstStage or the last stage's system path
 
     if spec.first_stage is not None:
