@@ -4,6 +4,7 @@ on random-weight models in the zoo's shapes (issue 36, item 8).
     python benchmarks/dense_gpu.py                       # on a GPU: the Qwen3-Embedding-8B and BGE-large shapes
     python benchmarks/dense_gpu.py --tiny                # on a CPU, in seconds: the same code on tiny shapes (CI)
     python benchmarks/dense_gpu.py --shape qwen3-8b --texts 2000 --words 200 --peak-tflops 989
+    python benchmarks/dense_gpu.py --tiny --compile --devices cpu,cpu   # the --compile and multi-device code on a CPU
 
 No hub, no download: each model is built from its ``transformers`` config class with random weights and saved to
 a local directory (``--workdir``, reused), with a BERT WordPiece tokenizer built here (one token per word of a
@@ -16,6 +17,11 @@ For every shape it prints, over the same texts: texts/s, tokens/s (real tokens, 
 TFLOP/s and model FLOP utilisation (with ``--peak-tflops``, or a known GPU: H100/H200 989, A100 312 bf16 dense) of
 
 - r2med's default (``make_encoder(spec)``, the recipe's ``--batch-tokens``),
+- r2med with ``--compile`` (on CUDA by default, on a CPU with ``--compile``; the seconds to compile and warm up are
+  printed apart: they are paid once per model and process),
+- r2med on several devices (``--devices``; by default every visible GPU when there are two or more): the same
+  encoder with one worker process per device, its speed-up over one device and that per device (the scaling
+  efficiency; ``--devices cpu,cpu`` runs the code on a CPU, where the workers share the cores: indicative only),
 - a plain loop on the same loaded model: tokenized once, sorted by tokens, batches of ``--plain-tokens`` padded
   tokens, padded on the recipe's side, pooled and normalised by hand,
 - ``SentenceTransformer.encode`` on the same weights (Transformer + Pooling + Normalize modules),
@@ -229,6 +235,26 @@ def run_shape(shape: str, args, device: str, peak: float | None) -> None:
 
     encoder.encode(texts[:32], kind="document")  # warm-up (kernels, allocator)
     ours = measure("r2med default", lambda: encoder.encode(texts, kind="document"))
+    extra = []  # (label, vectors) compared with r2med's default below
+    if args.compile:
+        fast = make_encoder(spec, device=device, dtype=dtype, batch_tokens=args.batch_tokens, compile=True)
+        _, warm = timed(lambda: fast.encode(texts[:32], kind="document"), device)  # compiles, checks against eager
+        label = "r2med --compile"
+        extra.append((label, measure(label, lambda: fast.encode(texts, kind="document"))))
+        print(f"--compile: {warm:.1f} s to compile, check against eager and warm up (once per model and process)")
+        del fast
+    devices = args.devices
+    if devices is None and device.startswith("cuda") and torch.cuda.device_count() > 1:
+        devices = ",".join(f"cuda:{i}" for i in range(torch.cuda.device_count()))
+    if devices:
+        many = make_encoder(spec, device=devices, dtype=dtype, batch_tokens=args.batch_tokens)
+        _, warm = timed(lambda: many.encode(texts[: 32 * len(many.devices)], kind="document"), device)
+        label = f"r2med on {len(many.devices)} devices ({devices})"
+        extra.append((label, measure(label, lambda: many.encode(texts, kind="document"))))
+        speedup = rows[-1][2] / rows[0][2]
+        print(f"{len(many.devices)} devices: {speedup:.2f}x the tokens/s of one ({speedup / len(many.devices):.0%} per "
+              f"device); {warm:.1f} s to start the workers and load the model on each")
+        many.close()
     side = spec.padding_side or "right"
     plain = measure(f"plain sorted loop ({args.plain_tokens:,} tokens, {side} padding)", lambda: plain_loop(
         tower.model, tower.tokenizer, texts, max_length=max_length, pooling=spec.pooling, side=side,
@@ -246,6 +272,9 @@ def run_shape(shape: str, args, device: str, peak: float | None) -> None:
     for label, other in (("plain loop", plain), ("sentence-transformers", st)):
         cosine, diff = compare(ours, other)
         print(f"r2med vs {label}: worst per-text cosine {cosine:.6f}, largest difference {diff:.3g}")
+    for label, other in extra:
+        cosine, diff = compare(ours, other)
+        print(f"{label} vs r2med default: worst per-text cosine {cosine:.6f}, largest difference {diff:.3g}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -255,19 +284,26 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--texts", type=int, default=None, help="texts to encode (default 2000; 64 with --tiny)")
     parser.add_argument("--words", type=int, default=None, help="mean words per text, one token each (default 200; "
                         "40 with --tiny)")
-    parser.add_argument("--device", default=None, help="default: cuda when there is one, else cpu")
+    parser.add_argument("--device", default=None, help="the one device of the single-device rows (default: cuda:0 "
+                        "when there is CUDA, else cpu)")
     parser.add_argument("--dtype", default=None, help="default: the recipe's on CUDA, float32 elsewhere")
     parser.add_argument("--batch-tokens", type=int, default=None, help="r2med's budget (default: the recipe's)")
     parser.add_argument("--plain-tokens", type=int, default=32768, help="the plain loop's padded tokens per batch")
     parser.add_argument("--st-batch-size", type=int, default=64)
     parser.add_argument("--peak-tflops", type=float, default=None, help="the device's peak, for utilisation "
                         "(default: known GPUs' bf16 dense peak; none on a CPU)")
+    parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                        help="also measure r2med --compile (default: on CUDA yes, on a CPU no)")
+    parser.add_argument("--devices", default=None, help="also measure r2med on these devices, one worker each "
+                        "(default: every visible GPU when there are two or more; cpu,cpu: two CPU workers)")
     parser.add_argument("--workdir", default=str(Path(tempfile.gettempdir()) / "r2med-dense-gpu"),
                         help="where the random models are saved (reused)")
     args = parser.parse_args(argv)
     import torch
 
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = args.device or ("cuda:0" if torch.cuda.is_available() else "cpu")  # one device: "cuda" is every GPU
+    if args.compile is None:
+        args.compile = device.startswith("cuda")
     args.texts = args.texts or (64 if args.tiny else 2000)
     args.words = args.words or (40 if args.tiny else 200)
     peak = args.peak_tflops

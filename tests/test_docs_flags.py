@@ -17,9 +17,12 @@ _FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)")
 
 
 def _commands(text: str):
-    """``(command, flags)`` of every r2med command line of a page (continuation lines joined)."""
+    """``(command, flags)`` of every r2med command line of a page (continuation lines joined); a line whose comment
+    says ``on purpose`` (a transcript of a misspelt flag, with r2med's answer below it) is not checked."""
     joined = re.sub(r"\\\n\s*", " ", text)
     for line in joined.splitlines():
+        if re.search(r"#[^`]*\bon purpose\b", line):
+            continue
         for part in re.split(r"&&|;|\|", line):  # one command of a shell line at a time
             for match in _COMMAND.finditer(part):
                 yield match.group(1), _FLAG.findall(match.group(2))
@@ -61,6 +64,7 @@ def _missing(text: str) -> list[str]:
 
 def test_a_flag_a_command_does_not_have_is_found():
     text = "`r2med run --data-dri x --k1 1` and `r2med rerank --window 5 --k1 2` and `r2med datasets download --revision x`"
+    assert _missing(text + "\n$ r2med run --tasx 1  # (misspelt on purpose)\n") == _missing(text)
     assert _missing(text) == ["r2med datasets --revision", "r2med rerank --k1", "r2med run --data-dri"]
 
 

@@ -62,10 +62,13 @@ def test_a_drifted_page_fails_naming_page_block_and_line(tmp_path):
 
 
 def test_normalisation_is_the_stated_one(tmp_path):
-    printed = (f"\rx:  10%|#  | 1/10 [00:01<00:09, 1.0it/s]\rsf: nDCG@10 1.00 (2 queries, 8.0 s) -> {tmp_path}/work/r.json\n"
+    printed = (f"\rx:  10%|#  | 1/10 [00:01<00:09, 1.0it/s]\rsf: nDCG@10 1.00 (2 queries, 8.0 s) -> r.json\n"
                f"cache {tmp_path}/home/.cache/r2med, run {tmp_path}/tmp/res2\n\n")
     shown = sync_docs.displayed(printed, tmp_path)
     assert shown == ["sf: nDCG@10 1.00 (2 queries, 8.0 s) -> r.json", "cache ~/.cache/r2med, run /tmp/res2"]
+    # paths are compared as printed (issue 38): an absolute path into the page's folder is not shown as relative
+    assert sync_docs.displayed(f"-> {tmp_path}/work/results/r.json\n", tmp_path) == ["-> /tmp/work/results/r.json"]
+    assert sync_docs.displayed(f"-> {sync_docs.REPO}/tests/data\n", tmp_path) == [f"-> {sync_docs.REPO}/tests/data"]
     # durations compare equal whatever their value; numbers do not
     assert sync_docs.first_difference(["sf: nDCG@10 1.00 (2 queries, 0.1 s) -> r.json", "..."], shown) is None
     assert sync_docs.first_difference(["sf: nDCG@10 1.01 (2 queries, 8.0 s) -> r.json", "..."], shown) == (

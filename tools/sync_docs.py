@@ -30,9 +30,10 @@ parser, as ``--help`` would be (every option and choice must exist), nothing run
 not checked at all (say why); ``<!-- docs: file NAME -->``: the block (any language) is a file the reader saves as
 ``NAME`` (the page says so): its text is written there, in the page's directory, before the commands after it run. A ``bash`` block written as a synopsis (``[--option ...]``, ``bm25|MODEL``) is not run.
 
-Normalisation (stated, applied to the page and to what was printed before comparing): the temporary directory is
-shown as a checkout would show it (``<tmp>/work/`` -> nothing, ``<tmp>/home`` -> ``~``, the shared data ->
-``../shared``, anything else under ``<tmp>`` -> ``/tmp/r2med-docs``); progress-bar lines (``NN%|``, tqdm's rates)
+Normalisation (stated, applied to the page and to what was printed before comparing): the machine's folders are
+shown as a reader's would be (``<tmp>/home`` -> ``~``, anything else under ``<tmp>`` -> ``/tmp``); paths are
+compared as printed, so a command given a relative path must print it relative (an absolute path into the page's
+directory shows as ``/tmp/work/...`` and differs); progress-bar lines (``NN%|``, tqdm's rates)
 are dropped; trailing blanks are cut; durations (``8.0 s``, ``65.4 s``, ``120 ms``) compare equal whatever their
 value. Everything else, numbers included, must be the same.
 """
@@ -269,9 +270,10 @@ def sandboxed(command: str, tmp: Path) -> str:
 
 def displayed(text: str, tmp: Path) -> list[str]:
     """What was printed, as a page shows it (see the module docstring)."""
-    shared = str((REPO.parent / "shared").resolve())
-    for real, shown in ((f"{tmp}/work/", ""), (f"{tmp}/work", "."), (f"{tmp}/home", "~"), (f"{tmp}/shared", "../shared"),
-                        (shared, "../shared"), (f"{tmp}/tmp", DISPLAY_TMP), (str(tmp), DISPLAY_TMP), (f"{REPO}/", "")):
+    # only the machine's folders are renamed: HOME (~) and the temporary directory (/tmp). A path the command was
+    # given relative (results, ../shared/data/scifact) must be printed relative: an absolute one shows here as
+    # /tmp/work/... or as the checkout's real path, and differs from the page (issue 38: paths are compared too)
+    for real, shown in ((f"{tmp}/home", "~"), (f"{tmp}/tmp", DISPLAY_TMP), (str(tmp), DISPLAY_TMP)):
         text = text.replace(real, shown)
     out: list[str] = []
     after_bar = False

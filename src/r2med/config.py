@@ -304,4 +304,4 @@ def load_spec(path: Path) -> PipelineSpec:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise InvalidInputError(f"{path}: not valid TOML ({exc}); fix the file") from None
-    return parse_spec(raw, base=path.resolve().parent, source=str(path))
+    return parse_spec(raw, base=path.parent, source=str(path))  # (not resolved: a relative path prints relative)

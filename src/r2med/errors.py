@@ -41,10 +41,12 @@ class MissingExtraError(R2MedError):
     exit_code = 3
 
     def __init__(self, module: str, extra: str, purpose: str = "") -> None:
+        from r2med.installed import install_command  # (the command for how r2med was installed: one place)
+
         what = f" for {purpose}" if purpose else ""
         super().__init__(
             f"the Python package '{module}' is needed{what} but is not installed; "
-            f'install it with: pip install "r2med[{extra}]"'
+            f"install it with: {install_command(extra)}"
         )
         self.module = module
         self.extra = extra

@@ -47,19 +47,31 @@ _PURPOSES = {"dense": "dense retrieval", "rerank": "reranking"}
 def require(module: str, extra: str = "dense", purpose: str | None = None) -> Any:
     """Import ``module`` (torch, transformers, sentence_transformers, peft) or raise ``MissingExtraError``.
 
-    The error names ``pip install "r2med[EXTRA]"`` (``dense`` by default, ``rerank`` for the
-    rerankers) and ``purpose``, what the package is needed for (by default the extra's).
+    The error names the command that installs EXTRA as r2med was installed (``r2med.installed``; ``dense`` by
+    default, ``rerank`` for the rerankers) and ``purpose``, what the package is needed for (by default the extra's).
     """
     try:
-        return importlib.import_module(module)
+        imported = importlib.import_module(module)
     except ImportError as exc:
         raise MissingExtraError(_PACKAGES.get(module, module), extra, purpose or _PURPOSES.get(extra, extra)) from exc
+    from r2med.io.progress import others_imported
+
+    others_imported()  # a model loaded under r2med's bar draws no bar of its own ("Loading weights", a download)
+    return imported
 
 
 def resolve_device(device: str | None) -> str:
-    """``None``/``auto`` -> ``cuda`` if available, else ``mps``, else ``cpu``; checks what is asked for."""
+    """``None``/``auto`` -> ``cuda`` if available, else ``mps``, else ``cpu``; checks what is asked for.
+
+    One device: a list (``cuda:0,cuda:2``, which the dense encoders spread over, ``resolve_devices``) names its
+    first here, for the components that run on one device (the pointwise rerankers), with a note in the log.
+    """
     torch = require("torch")
     wanted = (device or "auto").strip().lower()
+    if "," in wanted:
+        first = resolve_devices(wanted)[0]
+        logger.info("device list %s: this model runs on one device, %s", device, first)
+        return first
     if wanted == "auto":
         if torch.cuda.is_available():
             return "cuda"
@@ -72,6 +84,15 @@ def resolve_device(device: str | None) -> str:
             raise MissingResourceError(
                 f"device '{device}' was asked for, but torch sees no CUDA device; use --device cpu"
             )
+        if wanted != "cuda":
+            number = wanted[len("cuda:"):]
+            if not number.isdigit():
+                raise UsageError(f"unknown device '{device}'; valid: auto, cpu, cuda, cuda:N, mps")
+            count = torch.cuda.device_count()
+            if int(number) >= count:
+                raise MissingResourceError(f"device '{device}' was asked for, but torch sees {count} CUDA "
+                                           f"device(s): cuda:0 to cuda:{count - 1}")
+            wanted = f"cuda:{int(number)}"
         return wanted
     if wanted == "mps":
         mps = getattr(torch.backends, "mps", None)
@@ -79,6 +100,43 @@ def resolve_device(device: str | None) -> str:
             raise MissingResourceError("device 'mps' was asked for, but torch sees no MPS device; use --device cpu")
         return "mps"
     raise UsageError(f"unknown device '{device}'; valid: auto, cpu, cuda, cuda:N, mps")
+
+
+def resolve_devices(device: str | None) -> list[str]:
+    """The devices a dense encoder spreads its texts over, one worker process each (``r2med.retrievers.dense.devices``).
+
+    ``cuda`` (and ``auto`` where torch sees CUDA) is every visible GPU (``cuda:0`` ... ``cuda:N-1``; a single one
+    stays ``cuda``); a comma-separated list picks (``cuda:0,cuda:2``). A list names devices of one kind, each GPU
+    once; ``cpu,cpu`` is two CPU worker processes (the stand-in for GPUs the tests use). Anything else is one device,
+    as ``resolve_device`` says.
+
+    >>> resolve_devices("cpu"), resolve_devices(" CPU , cpu ")
+    (['cpu'], ['cpu', 'cpu'])
+    >>> resolve_devices("cpu,,cpu")
+    Traceback (most recent call last):
+    ...
+    r2med.errors.UsageError: device list 'cpu,,cpu' has an empty entry; write e.g. cuda:0,cuda:2
+    """
+    torch = require("torch")
+    wanted = (device or "auto").strip().lower()
+    parts = [part.strip() for part in wanted.split(",")]
+    if not all(parts):
+        raise UsageError(f"device list '{device}' has an empty entry; write e.g. cuda:0,cuda:2")
+    if len(parts) == 1:
+        one = resolve_device(parts[0])
+        count = torch.cuda.device_count() if one == "cuda" else 1
+        return [f"cuda:{i}" for i in range(count)] if count > 1 else [one]
+    if "auto" in parts or "cuda" in parts:
+        raise UsageError(f"device list '{device}': name each device of a list (cuda:0,cuda:2 or cpu,cpu); "
+                         "cuda alone means every visible GPU")
+    devices = [resolve_device(part) for part in parts]
+    kinds = sorted({d.split(":")[0] for d in devices})
+    if len(kinds) > 1:
+        raise UsageError(f"device list '{device}' mixes {' and '.join(kinds)}; a list names devices of one kind")
+    twice = sorted({d for d in devices if devices.count(d) > 1 and d != "cpu"})
+    if twice:
+        raise UsageError(f"device list '{device}' names {', '.join(twice)} twice; name each GPU once")
+    return devices
 
 
 def effective_dtype(dtype: str | None, device: str) -> str:

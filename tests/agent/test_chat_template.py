@@ -22,6 +22,7 @@ from r2med.agent.templates import model_chat_template, resolve_template
 from r2med.datasets import load_dir
 from r2med.errors import MissingExtraError
 from r2med.retrievers.bm25.retriever import BM25Retriever
+from r2med.installed import install_command
 
 transformers = pytest.importorskip("transformers", reason="transformers (llm extra) renders the reference")
 tokenizers = pytest.importorskip("tokenizers")
@@ -153,7 +154,7 @@ def test_without_jinja2_only_a_template_to_render_is_an_exit_3_error(tmp_path, m
     assert resolve_template(str(model), "chatml")[1] == "chatml (given)"
     with pytest.raises(MissingExtraError) as caught:
         resolve_template(str(model), None)
-    assert caught.value.exit_code == 3 and 'pip install "r2med[llm]"' in str(caught.value)
+    assert caught.value.exit_code == 3 and install_command("llm") in str(caught.value)
     assert "--chat-template NAME" in str(caught.value)
 
 

@@ -32,6 +32,7 @@ from r2med.cli import serve as serve_cli
 from r2med.datasets import load_dataset
 from r2med.errors import ProviderError, UsageError
 from r2med.retrievers.registry import make_retriever
+from r2med.installed import install_command
 
 pytest.importorskip("uvicorn", reason="r2med serve needs the serve extra")
 
@@ -479,7 +480,7 @@ def test_without_the_serve_extra_exit_3_naming_it(searcher, monkeypatch):
     from r2med.errors import MissingExtraError
 
     monkeypatch.setitem(sys.modules, "uvicorn", None)  # import uvicorn raises ImportError
-    with pytest.raises(MissingExtraError, match=r'pip install "r2med\[serve\]"') as info:
+    with pytest.raises(MissingExtraError, match=re.escape(install_command("serve"))) as info:
         RetrievalServer(searcher, port=0)
     assert info.value.exit_code == 3
 

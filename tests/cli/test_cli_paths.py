@@ -72,3 +72,19 @@ def test_expand_llm_name_is_used_as_given_or_refused(cli, tmp_path, isolated_hom
     assert ("r2med: error: --llm-name 'my model' would be stored as 'my_model', which 'r2med run --expansion "
             "hyde/my model' cannot find; pass --llm-name my_model") in result.err
     assert not (isolated_home / "expansions").exists()
+
+
+def test_paths_are_printed_as_the_user_gave_them(cli, tmp_path, monkeypatch):
+    """Issue 38, finding 5: a pipeline file's relative output is printed relative (as docs/pipelines.md shows it), to
+    the file's folder as seen from here; an absolute one stays absolute."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "p.toml").write_text(f'[pipeline]\ndata_dir = "{DATA / "tiny"}"\noutput = "res"\n'
+                                               '[[retriever]]\nname = "bm25"\n')
+    done = cli("run", "--config", "conf/p.toml", "--no-cache")
+    assert done.code == 0, done.err
+    assert done.err.endswith("-> conf/res/base retriever/bm25/tiny.json\n"), done.err
+    assert done.out.startswith("nDCG@10 x100 -> conf/res\n")
+    assert (tmp_path / "conf" / "res" / "base retriever" / "bm25" / "tiny.json").is_file()
+    given = cli("run", "--data-dir", DATA / "tiny", "--output", tmp_path / "abs", "--no-cache")
+    assert given.err.endswith(f"-> {tmp_path}/abs/base retriever/bm25/tiny.json\n"), given.err

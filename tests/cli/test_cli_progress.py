@@ -53,6 +53,20 @@ def test_run_dense_encoding(cli, tmp_path, flag):
         # tests/retrievers/dense/test_dense_progress.py with recorded bars
 
 
+def test_a_dense_run_draws_its_bars_on_one_line_and_no_other_bar(cli, tmp_path):
+    """Issue 38, finding 10: transformers' "Loading weights" drew a second bar under r2med's encoding bar, leaving
+    its 0% line, a line of its own and ESC[A in the output; now every bar of the run is drawn on the one line that
+    the first result line then takes."""
+    pytest.importorskip("torch")
+    result = cli("run", "--retriever", DATA / "dense" / "tiny-bert", "--data-dir", TINY, "--output", tmp_path,
+                 "--batch-size", "2", "--device", "cpu")
+    assert result.code == 0, result.err
+    bars, _, rest = result.err.partition("tiny: nDCG@10")
+    assert "encoding documents (tiny-bert)" in bars and "encoding queries (tiny-bert)" in bars
+    assert "\n" not in bars and "\x1b[" not in result.err and "Loading weights" not in result.err
+    assert rest.count("\n") == 1 and rest.endswith("tiny.json\n")
+
+
 @pytest.mark.parametrize("flag", FLAGS)
 def test_expand_generation(cli, tmp_path, flag):
     sys.path.insert(0, str(DATA.parent / "llm"))

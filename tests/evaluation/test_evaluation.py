@@ -174,3 +174,25 @@ def test_nothing_to_score_is_an_error_not_a_zero(tmp_path, cli):
     result = cli("evaluate", "--qrels", DATA / "tiny", "--run", path, "--json")
     assert result.code == 5 and result.out == ""
     assert "nothing to score" in result.err and "qrels: 'q1', 'q2'" in result.err and "run: 'x1', 'x2'" in result.err
+
+
+def test_the_table_is_x100_as_run_and_leaderboard_print_it_and_json_keeps_fractions(cli):
+    """One scale for people (issue 38, finding 11). q1 ranks d4 (relevant) then d2 (not) with d1 and d4 relevant:
+    nDCG@2 = 1 / (1 + 1/log2(3)) = 0.61315; q2 ranks its one relevant document first: 1; the mean 0.80657."""
+    argv = ("evaluate", "--qrels", DATA / "tiny", "--run", DATA / "tiny_run.trec", "--metrics", "ndcg_at_2,mrr")
+    shown = cli(*argv, "--per-query")
+    assert shown.code == 0, shown.err
+    assert shown.out.splitlines() == [
+        "2 queries evaluated; values x100 (--json: fractions)",
+        "| metric    | value x100 |",
+        "|-----------|-----------:|",
+        "| ndcg_at_2 |      80.66 |",
+        "| mrr       |     100.00 |",
+        "",
+        "| qid | ndcg_at_2 |    mrr |",
+        "|-----|----------:|-------:|",
+        "| q1  |     61.31 | 100.00 |",
+        "| q2  |    100.00 | 100.00 |",
+    ]
+    fractions = cli(*argv, "--json").json()
+    assert fractions == {"ndcg_at_2": pytest.approx(0.8065736, abs=1e-7), "mrr": 1.0}

@@ -123,3 +123,22 @@ def test_a_bar_imports_no_asyncio():
             "print(sorted(m for m in ('asyncio', 'tqdm.asyncio', 'tqdm.auto') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.strip() == "[]" and "x" in done.stderr
+
+
+def test_other_bars_are_off_while_r2meds_is_drawn_and_back_after_the_last(monkeypatch, hub, capsys):
+    """Issue 38, finding 10: a second bar (a model's download, transformers' "Loading weights") under r2med's leaves
+    a stale line, a blank line and ESC[A on a stream that is not a terminal; r2med's bar is the only one drawn."""
+    hub.enable_progress_bars()
+    fake = FakeTransformersLogging(on=True)
+    monkeypatch.setitem(sys.modules, "transformers.utils.logging", fake)
+    outer = progress_bar(2, desc="encoding documents (x)", unit="doc")
+    assert hub.are_progress_bars_disabled() and not fake.on
+    with progress_bar(1, desc="inner", unit="doc"):  # nested: the first to close does not switch them back
+        pass
+    assert hub.are_progress_bars_disabled() and not fake.on
+    outer.close()
+    outer.close()  # (tqdm's __del__ closes again: released once)
+    assert not hub.are_progress_bars_disabled() and fake.on
+    with progress_bar(1, desc="off", unit="doc", enabled=False):  # a silent bar draws nothing: nothing switched
+        assert not hub.are_progress_bars_disabled()
+    capsys.readouterr()

@@ -70,7 +70,7 @@ def test_report_json_summarises_the_page(results, tmp_path, cli, quiet):
     assert done.code == 0, done.err
     summary = done.json()
     warnings = summary.pop("warnings")
-    assert summary == {"report": str(path), "result_dir": str(results), "metric": "ndcg_at_10",
+    assert summary == {"report": str(path), "drill_pages": [], "result_dir": str(results), "metric": "ndcg_at_10",
                        "systems": ["base retriever/good", "base retriever/half"], "published_systems": 0,
                        "datasets": ["Biology"]}
     assert path.is_file()

@@ -15,6 +15,7 @@ from reporting_helpers import PROTOCOL_AVERAGES, REPORTING, package_results, run
 from r2med.datasets.catalog import dataset_names
 from r2med.reporting.leaderboard import SystemResults, build_rows, discover
 from r2med.reporting.tables import pct
+from r2med.installed import install_command
 
 
 @pytest.fixture(scope="module")
@@ -162,5 +163,5 @@ def test_latex_without_jinja2_names_the_extra(official_tree, monkeypatch):
         result = run("leaderboard", official_tree, "--format", "latex")
     finally:
         render._environment.cache_clear()
-    assert result.code == 3 and 'pip install "r2med[report]"' in result.err
+    assert result.code == 3 and install_command("report") in result.err
     assert run("leaderboard", official_tree, "--format", "csv").code == 0  # the plain formats need nothing

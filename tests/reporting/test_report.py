@@ -86,6 +86,100 @@ def test_tables_plots_and_drilldown_content(page_html):
     assert queries == ["q2", "q1", "q3", "q4"]  # by |A - B|: 0.76019, 0.61315, 0.36907, 0
 
 
+QUERY_BLOCK = re.compile(r'<details class="query" id="q-\d+">.*?\n</details>', re.DOTALL)
+
+
+@pytest.fixture(scope="module")
+def split_html(results, tmp_path_factory):
+    """The same report with its drill-down on a page of its own (more than 2 queries: --inline-queries 2)."""
+    path = tmp_path_factory.mktemp("split") / "report.html"
+    result = run("report", results, "-o", path, "--data-dir", DATASETS, "--n-resamples", 500, "--inline-queries", 2)
+    assert result.code == 0, result.err
+    return path
+
+
+def test_a_large_drilldown_is_a_page_per_dataset_with_the_same_content(page_html, split_html):
+    """Issue 38, finding 8: R2MED's 876 queries made one 11 MB page. Past --inline-queries the texts and documents
+    move to one page per dataset (read when opened); the report keeps every per-query value, each linking to its
+    query. What the reader can reach is the same: every query block is the one the single page holds."""
+    inline, split = page_html.read_text(encoding="utf-8"), split_html.read_text(encoding="utf-8")
+    drill = split_html.parent / "report_files" / "drill-1-Biology.html"
+    assert sorted(p.name for p in drill.parent.iterdir()) == ["drill-1-Biology.html"]
+    page = drill.read_text(encoding="utf-8")
+    assert QUERY_BLOCK.findall(page) == QUERY_BLOCK.findall(inline) and len(QUERY_BLOCK.findall(inline)) == 4
+    assert QUERY_BLOCK.findall(split) == [] and "Why are insects attracted to light?" not in split
+    assert split[:split.index('<h2 id="drilldown-section">')] == inline[:inline.index('<h2 id="drilldown-section">')]
+    # the index: each query (by |A - B|) with both systems' values, A - B, and a link to its block on the page
+    rows = re.findall(r'<tr><td><a href="report_files/drill-1-Biology.html#q-(\d)">(q\d)</a></td>'
+                      r'<td class="num">([\d.]+)</td><td class="num">([\d.]+)</td><td class="num (?:pos|neg|)">'
+                      r"([-+\d.]+)</td></tr>", split)
+    assert rows == [("1", "q2", "100.00", "23.98", "+76.02"), ("2", "q1", "91.97", "30.66", "+61.31"),
+                    ("3", "q3", "100.00", "63.09", "+36.91"), ("4", "q4", "100.00", "100.00", "+0.00")]
+    for number, qid, *_ in rows:
+        assert re.search(rf'<details class="query" id="q-{number}">\n<summary>{qid} ', page)
+    # the page stands alone as the report does: no script, nothing fetched, a link back
+    assert "<script" not in page.lower() and "default-src 'none'" in page
+    assert '<a href="../report.html#drill-1">../report.html</a>' in page
+
+
+def test_the_json_summary_lists_the_drilldown_pages(results, tmp_path):
+    import json
+
+    path = tmp_path / "r.html"
+    split = run("report", results, "-o", path, "--data-dir", DATASETS, "--n-resamples", 50, "--inline-queries", 3,
+                "--json")
+    assert split.code == 0 and json.loads(split.out)["drill_pages"] == [str(tmp_path / "r_files" / "drill-1-Biology.html")]
+    inline = run("report", results, "-o", path, "--data-dir", DATASETS, "--n-resamples", 50, "--json")
+    assert inline.code == 0 and json.loads(inline.out)["drill_pages"] == []
+
+
+def test_a_smaller_report_removes_the_drilldown_pages_of_an_earlier_one(results, tmp_path):
+    path = tmp_path / "r.html"
+    assert run("report", results, "-o", path, "--data-dir", DATASETS, "--n-resamples", 50, "--inline-queries", 1).code == 0
+    folder = tmp_path / "r_files"
+    (folder / "mine.txt").write_text("a file of the user's")
+    assert sorted(p.name for p in folder.iterdir()) == ["drill-1-Biology.html", "mine.txt"]
+    assert run("report", results, "-o", path, "--data-dir", DATASETS, "--n-resamples", 50).code == 0
+    assert sorted(p.name for p in folder.iterdir()) == ["mine.txt"] and len(QUERY_BLOCK.findall(path.read_text())) == 4
+    (folder / "mine.txt").unlink()
+    assert run("report", results, "-o", path, "--data-dir", DATASETS, "--n-resamples", 50, "--inline-queries", 1).code == 0
+    assert run("report", results, "-o", path, "--data-dir", DATASETS, "--n-resamples", 50).code == 0
+    assert not folder.exists()
+
+
+def test_split_report_in_headless_chromium(split_html):
+    """The report of a large drill-down in a browser: the index's link opens the dataset's page, whose query blocks
+    open as on the single page; nothing runs, nothing but the two pages is read."""
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is not installed (run .ci/install-browser)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason='Playwright is not installed (pip install "r2med[report]")')
+    url = split_html.as_uri()
+    drill = (split_html.parent / "report_files" / "drill-1-Biology.html").as_uri()
+    with sync_api.sync_playwright() as p:
+        browser = _launch(p)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            dialogs, requests = [], []
+            page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+            page.route("**/*", lambda route: (requests.append(route.request.url),
+                                              route.continue_() if route.request.url in (url, drill) else route.abort()))
+            page.goto(url)
+            page.wait_for_load_state("load")
+            assert page.locator("table.drill-index tbody tr").count() == 4
+            assert page.locator("details.query").count() == 0
+            page.locator("table.drill-index a").nth(1).click()  # q1, the second by |A - B|
+            page.wait_for_load_state("load")
+            assert page.url == drill + "#q-2"
+            assert page.locator("details.query").count() == 4
+            page.locator("details.query").first.locator("summary").first.click()  # q2: its documents
+            doc = page.locator("details.query").first.locator("td.doc", has_text="<script>alert(1)</script>").first
+            assert doc.is_visible() and doc.inner_text().startswith("<script>alert(1)</script> A document")
+            assert page.evaluate("document.scripts.length") == 0
+            assert dialogs == [] and requests == [url, drill]
+        finally:
+            browser.close()
+
+
 def _two_systems(out: Path, first: Run) -> Path:
     dataset = load_dir(DATASETS / "Biology", "Biology")
     second = Run({"q1": {"d1": 1.0}, "q2": {"d3": 1.0}, "q3": {"d5": 1.0}, "q4": {"d8": 1.0}})
@@ -141,7 +235,7 @@ def _launch(playwright):
 def test_report_in_headless_chromium(page_html, tmp_path):
     if not CHROMIUM.exists():
         pytest.skip(f"{CHROMIUM} is not installed (run .ci/install-browser)")
-    sync_api = pytest.importorskip("playwright.sync_api", reason='Playwright is not installed (pip install "r2med[report]")')
+    sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright is not installed (the test extra)")
     url = page_html.as_uri()
     with sync_api.sync_playwright() as p:
         browser = _launch(p)

@@ -66,3 +66,18 @@ def test_bad_input():
     with pytest.raises(ValueError, match="at least 2"):
         paired_test([1.0], [0.0])
     assert mean_difference(np.array([[1.0, 3.0], [2.0, 2.0]]), np.zeros((2, 2))).tolist() == [2.0, 2.0]
+
+
+def test_r2med_sized_tests_are_scipys_numbers_whatever_the_batch():
+    """876 queries, 10,000 resamples (R2MED's pooled test): scipy gets them in batches of RESAMPLE_BATCH, and the
+    p-value and the interval are the ones scipy gives in one batch (same draws, same order)."""
+    rng = np.random.default_rng(38)
+    b = rng.uniform(0, 1, 876)
+    a = np.clip(b + rng.normal(0.01, 0.2, 876), 0, 1)
+    result = paired_test(a, b, seed=5)
+    perm = stats.permutation_test((a, b), mean_difference, permutation_type="samples", vectorized=True,
+                                  n_resamples=10000, rng=np.random.default_rng(5))
+    boot = stats.bootstrap((a, b), mean_difference, paired=True, vectorized=True, n_resamples=10000,
+                           method="BCa", rng=np.random.default_rng(5))
+    assert result.permutation_p == perm.pvalue
+    assert (result.ci_low, result.ci_high) == (boot.confidence_interval.low, boot.confidence_interval.high)

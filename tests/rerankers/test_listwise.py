@@ -173,3 +173,20 @@ def test_a_single_passage_needs_no_request():
         out = reranker(server).rerank(dataset.queries, dataset.corpus, run, top_k=1)
     assert server.requests == []
     assert all(ranked_ids(out, qid) == ranked_ids(run, qid) for qid in QUERIES)
+
+
+def test_the_repaired_answers_warning_names_the_window_log_file(tmp_path, isolated_home, monkeypatch, caplog):
+    """Issue 38, finding 7: "see the window log" says which file, as the output folder was given (relative here)."""
+    monkeypatch.chdir(tmp_path)
+    with ListwiseServer(lambda query, n, messages: "[1] > [1]") as server, caplog.at_level("WARNING", logger="r2med"):
+        result = run_rerank_command(
+            "rerank", "--run", BM25_TOP20, "--system", "bm25", "--reranker", "listwise", "--llm-model", "test/llm",
+            "--base-url", server.base_url, "--top-k", "5", "--window", "5", "--stride", "5", "--tasks", "scifact",
+            "--data-dir", shared_path("data", "scifact"), "--output", "res", "--json",
+        )
+    assert result.code == 0, result.err
+    log = "res/reranker/listwise-test__llm/bm25/top_5/scifact.windows.jsonl"
+    assert len((tmp_path / log).read_text().splitlines()) == 4  # one window per query, each answer repaired
+    warned = [r.getMessage() for r in caplog.records if "window log" in r.getMessage()]
+    assert warned == ["listwise-test__llm: 4 of 4 window answers were not a clean permutation (repeats, unknown or "
+                      f"missing identifiers, no answer); see the window log {log}"]

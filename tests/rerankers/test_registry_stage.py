@@ -14,6 +14,8 @@ from r2med.rerankers.options import ListwiseOptions
 from r2med.rerankers.registry import make_reranker, reranker_registry, resolve_reranker
 from r2med.stages.rerank import FirstStage, run_digest
 from r2med.types import Run
+import re
+from r2med.installed import install_command
 
 
 def test_the_papers_rerankers_as_the_authors_ran_them():
@@ -94,7 +96,7 @@ def test_a_missing_package_names_the_rerank_extra(monkeypatch, module, scorer, a
     where, name = scorer.split(":")
     cls = getattr(importlib.import_module(where), name)
     monkeypatch.setitem(sys.modules, module, None)  # import fails as if not installed
-    with pytest.raises(MissingExtraError, match=r'pip install "r2med\[rerank\]"') as info:
+    with pytest.raises(MissingExtraError, match=re.escape(install_command("rerank"))) as info:
         cls(*args)
     assert info.value.exit_code == 3 and info.value.extra == "rerank"
 

@@ -59,17 +59,37 @@ class CliParser(argparse.ArgumentParser):
         return namespace, extras
 
     def error(self, message: str):  # type: ignore[override]
+        """The error and its suggestion first, then one line of usage (``--help`` has the rest), exit 2: argparse's
+        own would print the whole usage first (27 lines for ``run``), the line that matters last."""
         if message.startswith("the following arguments are required"):
             extras = self._extras_when_nothing_is_required()
             if extras:
                 self._unrecognized(extras)
-        super().error(message)
+        self._fail(message)
+
+    def _fail(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n{self.usage_hint()}\n")
+
+    def usage_hint(self) -> str:
+        """One line: argparse's usage where it fits on one, else the command and its positional arguments.
+
+        >>> parser = CliParser(prog="r2med x")
+        >>> _ = parser.add_argument("name"), parser.add_argument("--long-option-" + "a" * 80)
+        >>> parser.usage_hint()
+        "usage: r2med x [options] name ('r2med x --help' for the rest)"
+        """
+        usage = self.format_usage().strip()
+        if "\n" in usage:
+            positionals = [action.metavar or action.dest for action in self._actions
+                           if not action.option_strings and action.help is not argparse.SUPPRESS]
+            usage = " ".join(["usage:", self.prog, "[options]", *map(str, positionals)])
+        return f"{usage} ('{self.prog} --help' for the rest)"
 
     def _unrecognized(self, extras: list[str]) -> None:
         options = [o for action in self._actions for o in action.option_strings if o.startswith("--")]
         unknown = next((e.split("=", 1)[0] for e in extras if e.startswith("-")), "")
         hint = did_you_mean(unknown, options) if unknown else ""
-        super().error(f"unrecognized arguments: {' '.join(extras)}{hint}")
+        self._fail(f"unrecognized arguments: {' '.join(extras)}{hint}")
 
     def _extras_when_nothing_is_required(self) -> list[str]:
         """What this parser would leave over from its arguments if no option were required."""

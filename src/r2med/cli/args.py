@@ -55,6 +55,19 @@ def emit_json(obj: object) -> None:
     print(json.dumps(obj, indent=2, ensure_ascii=False))
 
 
+def hidden_alias(parser: argparse.ArgumentParser, old: str, new: str) -> None:
+    """Let ``old`` (an earlier spelling) still work as ``new``, unlisted: ``--help``, the usage line and the "did you
+    mean" suggestions show only ``new``, the one name every command uses for the thing.
+
+    >>> parser = argparse.ArgumentParser(prog="x")
+    >>> _ = parser.add_argument("--output")
+    >>> hidden_alias(parser, "--out", "--output")
+    >>> parser.parse_args(["--out", "d"]).output, "--out " in parser.format_help()
+    ('d', False)
+    """
+    parser._option_string_actions[old] = parser._option_string_actions[new]
+
+
 def add_recompute_options(parser: argparse.ArgumentParser, *, caches: str | None = None) -> None:
     """``--force`` (recompute stored results; ``--resume``, the default, reuses matching ones) and, where the
     command has caches, ``--no-cache`` (``caches`` says which) — the same words in every subcommand."""

@@ -9,6 +9,7 @@ from pathlib import Path
 from r2med.cli.args import csv_list as _csv
 from r2med.cli.args import emit_json as _emit_json
 from r2med.cli.args import int_list as _ints
+from r2med.cli.args import pct
 
 logger = logging.getLogger(__name__)
 
@@ -38,11 +39,13 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             out["per_query"] = scores.per_query
         _emit_json(out)
         return 0
-    print(f"{scores.n_queries} queries evaluated")
-    print(markdown_table(["metric", "value"], [[k, f"{v:.5f}"] for k, v in scores.aggregate.items()], align_right=[False, True]))
+    # one scale for people, as run and leaderboard print it (x100, 2 decimals); --json keeps the fractions
+    print(f"{scores.n_queries} queries evaluated; values x100 (--json: fractions)")
+    print(markdown_table(["metric", "value x100"], [[k, pct(v)] for k, v in scores.aggregate.items()],
+                         align_right=[False, True]))
     if args.per_query:
         keys = list(scores.aggregate)
-        rows = [[qid] + [f"{values[k]:.5f}" for k in keys] for qid, values in scores.per_query.items()]
+        rows = [[qid] + [pct(values[k]) for k in keys] for qid, values in scores.per_query.items()]
         print()
         print(markdown_table(["qid"] + keys, rows, align_right=[False] + [True] * len(keys)))
     return 0
@@ -59,6 +62,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     ev.add_argument("--judged-all", action="store_true", help="judged queries missing from the run count as 0 (trec_eval -c)")
     ev.add_argument("--ignore-identical-ids", action="store_true",
                     help="drop documents whose id equals the query id (BEIR's rule, used by the official dense numbers)")
-    ev.add_argument("--per-query", action="store_true", help="also print every query's values")
+    ev.add_argument("--per-query", action="store_true",
+                    help="also print every query's values (x100, as the table; --json: fractions)")
     ev.add_argument("--json", action="store_true", help='print {"ndcg_at_10": ..., ...} (unrounded)')
     ev.set_defaults(func=cmd_evaluate)

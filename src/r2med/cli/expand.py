@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from r2med.cli.args import csv_list as _csv
+from r2med.cli.args import hidden_alias
 from r2med.cli.dryrun import add_dry_run
 from r2med.cli.flags import add
 from r2med.errors import MissingResourceError, UsageError
@@ -58,9 +59,10 @@ def register(subparsers: argparse._SubParsersAction, common_parent: argparse.Arg
     ex.add_argument("--first-stage", type=Path, default=None, metavar="DIR_OR_RUN",
                     help="lamer: a results directory holding <Dataset>.run (e.g. 'results/base retriever/bm25') "
                          "or one TREC / top-k JSONL run")
-    ex.add_argument("--out", type=Path, default=None, metavar="DIR",
+    ex.add_argument("--output", dest="out", type=Path, default=None, metavar="DIR",
                     help="output directory (several datasets: one subdirectory each); "
                          "default <R2MED_HOME>/expansions/<Dataset>/<method>/<llm-name>/")
+    hidden_alias(ex, "--out", "--output")  # its name before issue 38: every other command says --output
     ex.add_argument("--json", action="store_true", help="print the reports as JSON")
     add_dry_run(ex)
     add(ex, flag_sets())

@@ -1,5 +1,5 @@
-"""``r2med leaderboard [RESULT_DIRS...] [--with-paper] [--datasets NAMES] [--by dataset|task|body-system]
-[--data-dir DIR] [--metric ndcg_at_10] [--format md|csv|latex|html|json] [--json]``."""
+"""``r2med leaderboard [RESULT_DIRS...] [--with-paper] [--tasks NAMES] [--by dataset|task|body-system]
+[--data-dir DIR] [--metric ndcg_at_10] [--format md|csv|latex|html|json] [--json] [--plot FILE]``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from r2med.cli.args import csv_list
+from r2med.cli.args import csv_list, hidden_alias
 from r2med.errors import UsageError
 
 
@@ -70,17 +70,29 @@ def default_result_dirs(given: Sequence[Path], with_paper: bool) -> list[Path]:
 def cmd_leaderboard(args: argparse.Namespace) -> int:
     from r2med.reporting.breakdown import by_body_system, by_task
     from r2med.reporting.board import format_leaderboard
-    from r2med.reporting.leaderboard import gather, rows_of
+    from r2med.reporting.leaderboard import RefusedResultsError, gather_all, rows_of
 
     fmt = output_format(args)
-    systems = gather(default_result_dirs(args.result_dirs, args.with_paper), with_paper=args.with_paper)
+    if args.plot is not None:
+        from r2med.reporting.plots import check_plot_target
+
+        check_plot_target(args.plot)
+    systems, refused = gather_all(default_result_dirs(args.result_dirs, args.with_paper), with_paper=args.with_paper)
     rows = rows_of(systems, args.metric, args.datasets)
     breakdown = None
     if args.by == "task":
         breakdown = by_task(rows)
     elif args.by == "body-system":
         breakdown = by_body_system(rows, systems, metric=args.metric, data_dir=args.data_dir)
-    emit(format_leaderboard(rows, fmt, metric=args.metric, breakdown=breakdown), args.output)
+    emit(format_leaderboard(rows, fmt, metric=args.metric, breakdown=breakdown, refused=refused), args.output)
+    if args.plot is not None:
+        from r2med.reporting.columns import average_label
+        from r2med.reporting.leaderboard import shown_datasets
+        from r2med.reporting.plots import leaderboard_plot
+
+        leaderboard_plot(rows, args.metric, average_label(shown_datasets(rows)), args.plot)
+    if refused:  # the verified systems are shown; then the ones left out, and exit 5
+        raise RefusedResultsError(refused, shown=sum(not r.published for r in rows) or len(rows), written=args.output)
     return 0
 
 
@@ -103,9 +115,10 @@ def register(subparsers, common_parent: argparse.ArgumentParser | None = None) -
                         help="result directories (default ./results, where 'r2med run' writes)")
     parser.add_argument("--with-paper", action="store_true", help="add the published numbers (source 'paper') and the public leaderboard (its averages in "
                              "column 'leaderboard'; its rows without per-dataset numbers as source 'leaderboard')")
-    parser.add_argument("--datasets", "--tasks", dest="datasets", type=csv_list, default=None, metavar="NAMES",
+    parser.add_argument("--tasks", dest="datasets", type=csv_list, default=None, metavar="NAMES",
                         help="comma-separated datasets to show; 'r2med' = R2MED's eight, 'all' = every dataset held "
                              "(default: every dataset the results hold)")
+    hidden_alias(parser, "--datasets", "--tasks")  # one name for the datasets in every command (issue 38)
     parser.add_argument("--by", choices=BY, default="dataset",
                         help="value columns: one per dataset (default), per R2MED task (the mean of its datasets), "
                              "or per body system (per-query values of the queries with each; needs the query files)")
@@ -115,5 +128,8 @@ def register(subparsers, common_parent: argparse.ArgumentParser | None = None) -
     parser.add_argument("--metric", default="ndcg_at_10", help="official key (ndcg_at_10, recall_at_100, mrr, ...)")
     add_format_options(parser, FORMATS)
     parser.add_argument("-o", "--output", type=Path, default=None, help="write to this file instead of stdout")
+    parser.add_argument("--plot", type=Path, default=None, metavar="FILE",
+                        help="also draw the table to FILE (.png or .svg; the 'report' extra): a bar panel per dataset "
+                             "and the average, the paper's number beside each system it published")
     parser.set_defaults(func=cmd_leaderboard)
     return parser

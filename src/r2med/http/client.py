@@ -31,6 +31,7 @@ import threading
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 from r2med.errors import MissingResourceError, ProviderError
 from r2med.http.retry import (
@@ -42,6 +43,7 @@ from r2med.http.retry import (
     exhausted,
     json_object,
     status_retry,
+    unknown_host_at_once,
     unreachable_at_once,
 )
 from r2med.http.rules import Secret, is_local_url, safe_url
@@ -271,6 +273,8 @@ class JsonClient:
                 retry = self._transport_retry(sent, where)
                 if retry.unreachable and retry.reason == "connection refused" and not self._answered:
                     raise unreachable_at_once(retry, label=self.label, url=shown, fix=self.unreachable_fix)
+                if retry.unknown_host is not None:
+                    raise unknown_host_at_once(retry, label=self.label, url=shown, fix=self.unreachable_fix)
             elif 200 <= sent[0] < 300:
                 self._answered = True
                 if isinstance(sent[2], bytes):  # a file's GET (``get_bytes``): its bytes as they came
@@ -316,8 +320,11 @@ class JsonClient:
         if isinstance(exc, httpx2.ConnectError):
             if any(isinstance(e, ConnectionRefusedError) for e in chain):
                 return Retry("connection refused", unreachable=True)
-            if any(isinstance(e, socket.gaierror) for e in chain):
-                return Retry(f"unknown host ({detail})", unreachable=True)
+            unresolved = next((e for e in chain if isinstance(e, socket.gaierror)), None)
+            if unresolved is not None:
+                host = urlsplit(where.rsplit(" ", 1)[-1]).hostname or "?"
+                why = self._shown(str(unresolved) or type(unresolved).__name__)
+                return Retry(f"unknown host '{host}' ({why})", unreachable=True, unknown_host=host)
             return Retry(f"cannot connect ({detail})", unreachable=True)
         return Retry(f"connection lost ({detail})")
 

@@ -5,7 +5,8 @@ that has answered before (it may be restarting), and a 2xx answer the caller can
 no choices, no embeddings), each after an exponential backoff with jitter or after exactly the wait the server asks
 for (``retry-after-ms`` or ``Retry-After``, in seconds or as an HTTP date; a wait longer than
 ``RetryPolicy.max_retry_after`` fails at once). What fails at once: a server that was never reached (nothing
-listens there: ``MissingResourceError``, exit 4, see ``unreachable_at_once``); any other 4xx (``ProviderError`` with
+listens there: ``MissingResourceError``, exit 4, see ``unreachable_at_once``); a host name that does not resolve
+(``unknown_host_at_once``: a misspelt host is not a busy server); any other 4xx (``ProviderError`` with
 the server's message; a rejected key, an unknown model or a used-up quota as ``FatalProviderError``, which stops a
 run of many requests); 404 and 501, "this server does not serve that" (``FatalProviderError`` naming the endpoint
 the server lacks); a redirect (``MissingResourceError``, exit 4: an API's is not followed). After the last
@@ -49,6 +50,8 @@ class Retry:
     reason: str
     retry_after: float | None = None
     unreachable: bool = False
+    #: a host name that does not resolve: the next attempt asks the same resolver the same name, so none is made
+    unknown_host: str | None = None
 
 
 def backoff_delay(attempt: int, *, base: float, cap: float, rng: random.Random) -> float:
@@ -165,7 +168,7 @@ def status_retry(status: int, headers: Mapping[str, str], text: str, *, where: s
     """The ``Retry`` of a non-2xx answer whose body is ``text`` (already redacted); raises for what no retry fixes.
 
     >>> status_retry(503, {"Retry-After": "1"}, '{"error": {"message": "busy"}}', where="m: POST u")
-    Retry(reason='HTTP 503: busy', retry_after=1.0, unreachable=False)
+    Retry(reason='HTTP 503: busy', retry_after=1.0, unreachable=False, unknown_host=None)
     >>> status_retry(400, {}, "too long", where="m: POST u")
     Traceback (most recent call last):
     ...
@@ -234,6 +237,17 @@ def unreachable_at_once(retry: Retry, *, label: str, url: str, fix: str | None =
     """
     return MissingResourceError(f"{label}: cannot reach {url}: {retry.reason} (is the server started?); "
                                 f"{fix or START_SERVER}")
+
+
+def unknown_host_at_once(retry: Retry, *, label: str, url: str, fix: str | None = None) -> MissingResourceError:
+    """The error of an address whose host name does not resolve (a misspelt host, no DNS): no retry, one line, exit 4.
+
+    >>> unknown_host_at_once(Retry("unknown host 'localhots' ([Errno -2] Name or service not known)", unreachable=True,
+    ...                            unknown_host="localhots"), label="m", url="http://localhots:8000/v1/x")
+    MissingResourceError("m: cannot reach http://localhots:8000/v1/x: unknown host 'localhots' ([Errno -2] Name or service not known); check the host name in the address (or the network's DNS), then: start the server first (e.g. `vllm serve MODEL --port 8000` or `llama-server -m MODEL.gguf --port 8080`) and pass its address as --base-url http://HOST:PORT/v1 (or $OPENAI_BASE_URL)")
+    """
+    return MissingResourceError(f"{label}: cannot reach {url}: {retry.reason}; check the host name in the address (or "
+                                f"the network's DNS), then: {fix or START_SERVER}")
 
 
 def exhausted(retry: Retry, *, label: str, url: str, attempts: int, method: str = "POST",

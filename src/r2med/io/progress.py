@@ -6,6 +6,11 @@ no thread and writes nothing. The CLI turns every bar off with ``-q`` and ``--js
 down to the library; a library caller does the same. Both kinds are context managers with ``update(n)``,
 ``set_postfix(**values)`` and ``close()``.
 
+While one of r2med's bars is drawn, the bars huggingface_hub (a model's download) and transformers ("Loading
+weights") would draw on their own are off: a second bar under r2med's, on a stream that is not a terminal (a log
+file, CI, a pipe), leaves a stale line of r2med's bar, a blank line and tqdm's cursor-up escape (``ESC[A``) behind.
+They are back as they were once the last of r2med's bars closes.
+
 ``Reporter`` is the callback a step hands to the layer that does the work, so the bar moves as each batch is
 done (``reporter(n)``: ``n`` more items finished), not once per cache chunk.
 
@@ -19,6 +24,7 @@ done (``reporter(n)``: ``n`` more items finished), not once per cache chunk.
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -72,7 +78,68 @@ def progress_bar(total: int | None, *, desc: str, unit: str, enabled: bool = Tru
     """
     if not enabled:
         return SilentBar(total)
-    return _make_tqdm(total=total, desc=desc, unit=unit, leave=leave, dynamic_ncols=True)
+    _OTHER_BARS.hold()
+    try:
+        bar = _make_tqdm(total=total, desc=desc, unit=unit, leave=leave, dynamic_ncols=True)
+    except BaseException:
+        _OTHER_BARS.release()
+        raise
+    close, released = bar.close, threading.Event()
+
+    def close_and_release() -> None:  # tqdm's __exit__ and __del__ call close too: released once
+        try:
+            close()
+        finally:
+            if not released.is_set():
+                released.set()
+                _OTHER_BARS.release()
+
+    bar.close = close_and_release
+    return bar
+
+
+class _OtherBars:
+    """The third-party bars, off from the first of r2med's bars opened to the last closed (bars may nest, or be
+    drawn from several threads). huggingface_hub is not imported for it (asyncio and 10 ms that a BM25 run does not
+    need): when it is not imported yet, the switch waits for ``others_imported``, which ``r2med.hf.require`` calls
+    once it has imported transformers or sentence-transformers (the only way r2med loads a model's weights)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open = 0
+        self._off: Any = None
+
+    def hold(self) -> None:
+        with self._lock:
+            self._open += 1
+            if "huggingface_hub" in sys.modules:
+                self._switch_off()
+
+    def others_imported(self) -> None:
+        with self._lock:
+            if self._open:
+                self._switch_off()
+
+    def _switch_off(self) -> None:
+        if self._off is None:
+            off = library_bars_off()
+            off.__enter__()
+            self._off = off
+
+    def release(self) -> None:
+        with self._lock:
+            self._open -= 1
+            if self._open == 0 and self._off is not None:
+                off, self._off = self._off, None
+                off.__exit__(None, None, None)
+
+
+_OTHER_BARS = _OtherBars()
+
+
+def others_imported() -> None:
+    """huggingface_hub or transformers was just imported: if one of r2med's bars is drawn, theirs are off now."""
+    _OTHER_BARS.others_imported()
 
 
 @contextmanager

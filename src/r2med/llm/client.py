@@ -43,6 +43,7 @@ from r2med.llm.requests import (  # re-exported: the request's data model lives 
     SamplingParams,
     Usage,
     canonical_request,
+    finite_number,
     read_top_logprobs,
     request_key,
 )
@@ -57,9 +58,19 @@ __all__ = ["Budget", "BudgetExceeded", "ChatClient", "ChatJob", "ChatResult", "M
 _Reader = Callable[[dict[str, Any], int, float], ChatResult]
 
 
+#: a token count at or above this (2**53, where JSON numbers stop being exact in most readers) is not a count
+_MAX_COUNT = 2 ** 53
+
+
 def _tokens(value: Any) -> int:
-    """A token count of an answer's ``usage``; 0 when absent or not a number."""
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
+    """A token count of an answer's ``usage``: a JSON number from 0 to 2**53 (a fraction cut to its whole part);
+    0 when absent or anything else (``NaN``, ``Infinity``, ``1e400``, a negative, a bool, a string). Never raises.
+
+    >>> _tokens(12), _tokens(12.7), _tokens(float("nan")), _tokens(-3), _tokens(10 ** 400), _tokens(True)
+    (12, 12, 0, 0, 0, 0)
+    """
+    number = finite_number(value)
+    return int(value) if number is not None and 0 <= number < _MAX_COUNT else 0
 
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")

@@ -15,17 +15,19 @@ from decimal import Decimal
 from r2med.datasets.catalog import dataset_names
 from r2med.errors import UsageError
 from r2med.reporting.columns import Breakdown, average_label
-from r2med.reporting.leaderboard import LEADERBOARD, Row, shown_datasets
+from r2med.reporting.leaderboard import LEADERBOARD, Refused, Row, shown_datasets
 from r2med.reporting.official import normalise_metric
 from r2med.reporting.render import render_template
 from r2med.reporting.tables import csv_text, markdown_table, md_label, md_text, pct
 
 
-def board(rows: Sequence[Row], metric: str, breakdown: Breakdown | None = None) -> dict:
+def board(rows: Sequence[Row], metric: str, breakdown: Breakdown | None = None,
+          refused: Sequence[Refused] = ()) -> dict:
     """The table as plain data (what every format renders): headers, cells, best per column, notes.
 
     The value columns are the datasets shown, or with ``breakdown`` its groups (tasks, body systems); the
-    average and the coverage are always over the datasets shown.
+    average and the coverage are always over the datasets shown. ``refused``: the systems left out because their
+    results cannot be used, each named in a note with why (a table never goes without saying what it left out).
     """
     datasets = shown_datasets(rows)
     columns = list(breakdown.columns) if breakdown else list(datasets)
@@ -55,6 +57,8 @@ def board(rows: Sequence[Row], metric: str, breakdown: Breakdown | None = None) 
         shown_notes[f"{len(only)} rows of source '{LEADERBOARD}'"] = (
             "R2MED's public leaderboard lists only their average; no per-dataset numbers are published, so each "
             "dataset shows '-' and the average is the leaderboard's")
+    for r in refused:
+        shown_notes[f"left out, {r.system}"] = "its results cannot be used: " + "; and ".join(r.problems)
     return {"metric": normalise_metric(metric), "datasets": list(datasets), "columns": columns,
             "by": breakdown.by if breakdown else "dataset", "average_label": average_label(datasets),
             "rows": body, "notes": shown_notes, "listed": listed}
@@ -93,9 +97,10 @@ def _legend(data: dict, breakdown: Breakdown | None) -> str:
     return text
 
 
-def to_markdown(rows: Sequence[Row], metric: str, breakdown: Breakdown | None = None) -> str:
+def to_markdown(rows: Sequence[Row], metric: str, breakdown: Breakdown | None = None,
+                refused: Sequence[Refused] = ()) -> str:
     """The table in Markdown; names, paths, sources and notes are HTML-escaped (:func:`md_text`)."""
-    data = board(rows, metric, breakdown)
+    data = board(rows, metric, breakdown, refused)
     extra = ["leaderboard"] if data["listed"] else []
     headers = ["#", "system", "path", "source", *(md_label(c) for c in data["columns"]), data["average_label"], *extra,
                "coverage"]
@@ -107,20 +112,27 @@ def to_markdown(rows: Sequence[Row], metric: str, breakdown: Breakdown | None = 
     return "\n".join(lines)
 
 
-def to_csv(rows: Sequence[Row], metric: str, breakdown: Breakdown | None = None) -> str:
-    """The table as CSV (:func:`csv_text`): formula-looking text made inert, numbers kept, RFC 4180 quoting."""
-    data = board(rows, metric, breakdown)
+def to_csv(rows: Sequence[Row], metric: str, breakdown: Breakdown | None = None,
+           refused: Sequence[Refused] = ()) -> str:
+    """The table as CSV (:func:`csv_text`): formula-looking text made inert, numbers kept, RFC 4180 quoting; a
+    system left out is a row of source ``refused`` with no values and its reason in the coverage column's place."""
+    data = board(rows, metric, breakdown, refused)
     extra = ["leaderboard_average"] if data["listed"] else []
     table: list[list[object]] = [["rank", "system", "path", "source", *data["columns"], "average", *extra, "coverage"]]
     for r in data["rows"]:
         table.append([r["rank"], r["name"], r["system"], r["source"], *[("" if c == "-" else c) for c, _ in r["cells"]],
                       *([("" if r["listed"] == "-" else r["listed"])] if extra else []), r["coverage"]])
+    for r in refused:
+        table.append(["", r.system, r.system, "refused", *[""] * (len(data["columns"]) + 1 + len(extra)),
+                      "its results cannot be used: " + "; and ".join(r.problems)])
     return csv_text(table)
 
 
-def to_json(rows: Sequence[Row], metric: str, breakdown: Breakdown | None = None) -> str:
+def to_json(rows: Sequence[Row], metric: str, breakdown: Breakdown | None = None,
+            refused: Sequence[Refused] = ()) -> str:
     """Unrounded values (0-1) per row; ``average`` (over the datasets shown) is null for incomplete systems; with a
-    breakdown, ``groups`` holds each row's group values and ``members`` what each group holds."""
+    breakdown, ``groups`` holds each row's group values and ``members`` what each group holds; ``refused`` (only
+    when some are) the systems left out, each with its problems."""
     datasets = shown_datasets(rows)
     payload: dict = {
         "metric": normalise_metric(metric),
@@ -141,14 +153,18 @@ def to_json(rows: Sequence[Row], metric: str, breakdown: Breakdown | None = None
         for out, r in zip(payload["rows"], rows):
             have = breakdown.values.get((r.system, r.source), {})
             out["groups"] = {c: have.get(c) for c in breakdown.columns}
+    if refused:
+        payload["refused"] = [{"system": r.system, "result_dir": str(r.root), "problems": list(r.problems)}
+                              for r in refused]
     return json.dumps(payload, indent=2, ensure_ascii=False)
 
 
 def _template(name: str):
     """A formatter that renders the ``board`` through a packaged template (jinja2, the ``report`` extra)."""
 
-    def render(rows: Sequence[Row], metric: str, breakdown: Breakdown | None = None) -> str:
-        data = board(rows, metric, breakdown)
+    def render(rows: Sequence[Row], metric: str, breakdown: Breakdown | None = None,
+               refused: Sequence[Refused] = ()) -> str:
+        data = board(rows, metric, breakdown, refused)
         return render_template(name, board=data, legend=_legend(data, breakdown))
 
     return render
@@ -166,10 +182,10 @@ FORMATS = tuple(FORMATTERS)
 
 
 def format_leaderboard(rows: Sequence[Row], fmt: str = "md", *, metric: str = "ndcg_at_10",
-                       breakdown: Breakdown | None = None) -> str:
+                       breakdown: Breakdown | None = None, refused: Sequence[Refused] = ()) -> str:
     """Render ``rows`` as ``md``, ``csv``, ``latex``, ``html`` (a standalone page) or ``json``; with ``breakdown``
-    its groups are the value columns."""
+    its groups are the value columns; ``refused``: the systems left out, said in the notes (JSON: ``refused``)."""
     formatter = FORMATTERS.get(fmt)
     if formatter is None:
         raise UsageError(f"unknown format '{fmt}'; valid: {', '.join(FORMATS)}")
-    return formatter(rows, metric, breakdown)
+    return formatter(rows, metric, breakdown, refused)

@@ -17,7 +17,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from r2med.datasets.catalog import catalog, get_spec
@@ -134,16 +134,18 @@ def _per_query(system: SystemResults, dataset: str, metric: str) -> dict[str, fl
 
 
 def by_body_system(rows: Sequence[Row], systems: Sequence[SystemResults], *, metric: str = "ndcg_at_10",
-                   data_dir: Path | None = None, settings: Settings | None = None) -> Breakdown:
+                   data_dir: Path | None = None, settings: Settings | None = None,
+                   locate: Callable[[str], tuple[Path | None, str | None]] | None = None) -> Breakdown:
     """Each row's mean per body system (see the module docstring); MissingResourceError when no query file of the
-    datasets shown carries one, naming where each was looked for."""
+    datasets shown carries one, naming where each was looked for. ``locate``: dataset name -> (its directory, or
+    why there is none), by default ``dataset_dir`` (the report first tries the directory its manifests record)."""
     settings = settings or get_settings()
     key = normalise_metric(metric)
     shown = shown_datasets(rows)
     groups: dict[str, dict[str, tuple[str, ...]]] = {}
     missing: list[str] = []
     for dataset in shown:
-        folder, why = dataset_dir(dataset, data_dir, settings)
+        folder, why = locate(dataset) if locate is not None else dataset_dir(dataset, data_dir, settings)
         if folder is None:
             missing.append(f"{dataset}: {why}")
             continue

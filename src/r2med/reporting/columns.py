@@ -8,7 +8,7 @@ order, then the others alphabetically (:func:`order_datasets`).
 What a table shows (:func:`choose_datasets`): by default every dataset the results hold, except the
 files of other collections that the official repository's results/ tree keeps beside some systems
 (``BEIR_NFCorpus.json``, :func:`r2med.reporting.official.official_tree_extras`); asked for by name
-(``--datasets``), exactly those, where ``r2med`` stands for the eight and ``all`` for everything held.
+(``--tasks``), exactly those, where ``r2med`` stands for the eight and ``all`` for everything held.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from r2med.errors import UsageError
 from r2med.io.names import RESERVED_SUFFIXES
 from r2med.reporting.official import official_tree_extras
 
-#: ``--datasets`` words: R2MED's eight, and every dataset the results hold
+#: ``--tasks`` words: R2MED's eight, and every dataset the results hold
 R2MED_GROUP = "r2med"
 ALL = "all"
 

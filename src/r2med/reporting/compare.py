@@ -24,10 +24,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from r2med.errors import InvalidInputError, MissingResourceError
+from r2med.errors import DamagedFileError, InvalidInputError, MissingResourceError
 from r2med.io.jsonsafe import JSONLimitError, loads
 from r2med.manifest import MANIFEST_SUFFIX
 from r2med.reporting.columns import choose_datasets, dataset_of
+from r2med.reporting.leaderboard import RERUN_FIX
 from r2med.reporting.official import PublishedSystem, is_published, normalise_metric, normalise_metrics, published
 from r2med.reporting.paths import system_path
 from r2med.reporting.stats import PairedTest, holm, paired_test
@@ -77,7 +78,7 @@ class SystemSource:
         path = self._files(RESULT_SUFFIX).get(dataset)
         if path is None:
             return None
-        record = read_result_file(path, _read_record)
+        record = _shown(path, _read_record)
         if not isinstance(record, dict) or not isinstance(record.get("test"), dict):  # another JSON file: no result
             return None
         return normalise_metrics(record["test"]).get(key)
@@ -96,7 +97,16 @@ def _read_record(path: Path) -> object:
 def read_per_query(path: Path, metric: str) -> dict[str, float]:
     """``{qid: value}`` of ``metric`` from a ``.per_query.jsonl`` (``{"qid": ..., "<metric>": ...}`` per line);
     verified against its result set's manifest when one is beside it."""
-    return read_result_file(path, lambda p: _read_per_query(p, metric))
+    return _shown(path, lambda p: _read_per_query(p, metric))
+
+
+def _shown(path: Path, parse):
+    """``read_result_file(path, parse)``; a file that does not match its manifest is DamagedFileError (exit 5) with
+    the fix the leaderboard gives (run the system again)."""
+    try:
+        return read_result_file(path, parse)
+    except DamagedFileError as exc:
+        raise DamagedFileError(exc.path, exc.reason, RERUN_FIX) from None
 
 
 def _read_per_query(path: Path, metric: str) -> dict[str, float]:

@@ -95,34 +95,78 @@ def _read_json(path: Path):
 _FRACTION = re.compile(r"^(ndcg|map|mrr|precision|recall|success|hit)")
 
 
-def discover(root: Path) -> list[SystemResults]:
-    """Every system with result files under ``root`` (sorted by path); InvalidInputError lists bad files.
+#: what to do about a stored result that no longer matches its manifest (a file edited, replaced or cut short)
+RERUN_FIX = ("run the command that made it again (it recomputes a result whose files do not match its manifest; "
+             "--force recomputes every dataset of it), or remove its files")
 
-    A result JSON with a manifest beside it is read only when its result set matches the manifest's checksums
-    (one that does not is listed as a bad file); one without (the official files) is read as it is.
+
+@dataclass(frozen=True)
+class Refused:
+    """A system of a result directory whose results cannot be shown: every problem found (each naming its file and
+    what is wrong, with the fix). A table leaves the whole system out: a row without one of its results, or with a
+    changed one, would be a wrong row."""
+
+    system: str
+    root: Path
+    problems: tuple[str, ...]
+
+    def __str__(self) -> str:
+        return f"{self.system} (in {self.root}): " + "; and ".join(self.problems)
+
+
+class RefusedResultsError(InvalidInputError):
+    """Some systems' results cannot be used (exit 5). ``refused`` lists them; ``shown``: how many rows were shown
+    without them (0: none could be; None: a strict caller, :func:`discover` or :func:`gather`, that shows nothing
+    while any is refused); ``written``: the file written without them (None when printed, or nothing was shown)."""
+
+    def __init__(self, refused: Sequence[Refused], *, shown: int | None, written: Path | None = None) -> None:
+        self.refused = list(refused)
+        self.written = written
+        n = len(self.refused)
+        systems = f"{n} system{'s' if n != 1 else ''}"
+        if shown is None:
+            head = (f"the results of {systems} cannot be used (survey() or gather_all() give the others beside "
+                    "them)")
+        elif shown:
+            where = f"{written}" if written is not None else "the table above"
+            head = (f"{systems} left out of {where}: {'their' if n != 1 else 'its'} results cannot be used "
+                    f"({shown} shown)")
+        else:
+            head = f"no system can be shown: the results of {'all ' + str(n) if n != 1 else 'the one'} found cannot be used"
+        super().__init__(head, [str(r) for r in self.refused])
+
+
+def survey(root: Path) -> tuple[list[SystemResults], list[Refused]]:
+    """The systems with result files under ``root`` that can be shown (sorted by path), and those refused.
+
+    A result JSON with a manifest beside it is read only when its result set matches the manifest's checksums; one
+    without (the official files) is read as it is. A system with any file that cannot be used (damaged, changed,
+    not JSON, a metric that no ranking can have, a second result for a dataset) is refused whole, with every problem
+    of its files; the others are unaffected.
     """
     root = Path(root)
     if not root.is_dir():
         raise MissingResourceError(f"result directory {root} does not exist (expected e.g. results/ written by 'r2med run')")
     found: dict[str, dict[str, tuple[Path, dict[str, float]]]] = {}
     folders: dict[str, Path] = {}
-    problems: list[str] = []
+    problems: dict[str, list[str]] = {}
     for path in sorted(root.rglob("*.json")):
         if path.name.startswith(".") or path.name.endswith(MANIFEST_SUFFIX) or not path.is_file():
             continue
+        system = system_path(path.parent, root)
+        problem = None
         try:
             record = read_result_file(path, _read_json)
         except DamagedFileError as exc:
-            problems.append(f"{exc}; run that system again, or remove its files")
-            continue
+            problem = f"{exc.path}: {exc.reason}; {RERUN_FIX}"
         except json.JSONDecodeError as exc:
-            problems.append(f"{path}:{exc.lineno}: not valid JSON ({exc.msg}); fix or remove the file")
-            continue
+            problem = f"{path}:{exc.lineno}: not valid JSON ({exc.msg}); fix or remove the file"
         except JSONLimitError as exc:
-            problems.append(f"{path}: {exc}; fix or remove the file")
-            continue
+            problem = f"{path}: {exc}; fix or remove the file"
         except (OSError, UnicodeDecodeError) as exc:
-            problems.append(f"{path}: cannot be read ({exc})")
+            problem = f"{path}: cannot be read ({exc})"
+        if problem is not None:
+            problems.setdefault(system, []).append(problem)
             continue
         if not isinstance(record, dict) or not isinstance(record.get("test"), dict):
             logger.debug("%s: no 'test' object, not a result file; skipped", path)
@@ -133,28 +177,36 @@ def discover(root: Path) -> list[SystemResults]:
             continue
         metrics = normalise_metrics(record["test"])
         bad = [k for k, v in metrics.items() if not math.isfinite(v)]
-        if bad:
-            problems.append(f"{path}: metric {bad[0]!r} is {metrics[bad[0]]}; a result must be a finite number")
-            continue
         outside = [k for k, v in metrics.items() if _FRACTION.match(k) and not 0.0 <= v <= 1.0]
-        if outside:
-            problems.append(f"{path}: metric {outside[0]!r} is {metrics[outside[0]]}, outside [0, 1]; a ranking "
-                            "measure is a fraction (was the file written x100?)")
-            continue
-        system = system_path(path.parent, root)
         seen = found.setdefault(system, {})
-        if dataset in seen:
-            problems.append(f"{path}: a second result for {system} on {dataset} (first: {seen[dataset][0]}); keep one")
+        if bad:
+            problem = f"{path}: metric {bad[0]!r} is {metrics[bad[0]]}; a result must be a finite number"
+        elif outside:
+            problem = (f"{path}: metric {outside[0]!r} is {metrics[outside[0]]}, outside [0, 1]; a ranking measure is "
+                       "a fraction (was the file written x100?)")
+        elif dataset in seen:
+            problem = f"{path}: a second result for {system} on {dataset} (first: {seen[dataset][0]}); keep one"
+        if problem is not None:
+            problems.setdefault(system, []).append(problem)
             continue
         seen[dataset] = (path, metrics)
         folders.setdefault(system, path.parent)
-    if problems:
-        raise InvalidInputError(f"{root}: {len(problems)} result files cannot be used", problems)
-    return [
+    refused = [Refused(system, root, tuple(found_problems)) for system, found_problems in sorted(problems.items())]
+    shown = [
         SystemResults(system, str(root), {ds: m for ds, (_, m) in by_ds.items()}, folders[system],
                       {ds: p for ds, (p, _) in by_ds.items()})
-        for system, by_ds in sorted(found.items())
+        for system, by_ds in sorted(found.items()) if by_ds and system not in problems
     ]
+    return shown, refused
+
+
+def discover(root: Path) -> list[SystemResults]:
+    """Every system with result files under ``root`` (sorted by path), all of them usable: RefusedResultsError
+    (exit 5) listing the systems whose files cannot be used otherwise (:func:`survey` gives the others too)."""
+    shown, refused = survey(root)
+    if refused:
+        raise RefusedResultsError(refused, shown=None)
+    return shown
 
 
 def paper_results() -> list[SystemResults]:
@@ -290,21 +342,36 @@ def build_rows(systems: Iterable[SystemResults], metric: str = "ndcg_at_10",
 
 def gather(result_dirs: Sequence[Path], *, with_paper: bool = False) -> list[SystemResults]:
     """Every system under ``result_dirs`` (and with ``with_paper`` the paper's and the leaderboard's:
-    :func:`published_board`); MissingResourceError when none."""
+    :func:`published_board`); MissingResourceError when none, RefusedResultsError when some cannot be used."""
+    systems, refused = gather_all(result_dirs, with_paper=with_paper)
+    if refused:
+        raise RefusedResultsError(refused, shown=None)
+    return systems
+
+
+def gather_all(result_dirs: Sequence[Path], *, with_paper: bool = False
+               ) -> tuple[list[SystemResults], list[Refused]]:
+    """What :func:`gather` finds, and the systems refused (:func:`survey`) beside it rather than instead of it:
+    the command shows the others, then says which were left out and why. RefusedResultsError (exit 5) when nothing
+    else is left to show; MissingResourceError when nothing is found at all."""
     systems: list[SystemResults] = []
+    refused: list[Refused] = []
     for root in result_dirs:
-        found = discover(Path(root))
-        if not found:
+        found, left_out = survey(Path(root))
+        if not found and not left_out:
             logger.warning("%s: no result files found (<Dataset>.json with a 'test' object)", root)
         systems.extend(found)
-    if with_paper:
+        refused.extend(left_out)
+    if with_paper and (systems or not refused):
         systems.extend(published_board())
+    if not systems and refused:
+        raise RefusedResultsError(refused, shown=0)
     if not systems:
         raise MissingResourceError(
             "no results to show: give result directories (default ./results, where 'r2med run' writes; or the "
             "official results/ tree) or --with-paper"
         )
-    return systems
+    return systems, refused
 
 
 def rows_of(systems: Sequence[SystemResults], metric: str = "ndcg_at_10",

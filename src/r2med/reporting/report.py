@@ -1,9 +1,11 @@
 """A self-contained HTML report: leaderboard with bars, by task and body system, per-query wins/losses, drill-down.
 
-The page is one file with no external resource and no script: the plots are matplotlib SVGs
-inlined in the page, the page is rendered by jinja2 with autoescaping, so every text that comes
-from data (query and document texts, expansions, system and file names) is shown as text. A
-Content-Security-Policy meta tag forbids scripts and network requests as a second line.
+The page has no external resource and no script: the plots are matplotlib SVGs inlined in the page, the page is
+rendered by jinja2 with autoescaping, so every text that comes from data (query and document texts, expansions,
+system and file names) is shown as text. A Content-Security-Policy meta tag forbids scripts and network requests as
+a second line. A drill-down of more than ``ReportOptions.inline_queries`` queries (300; R2MED's 876 made one 11 MB
+page) is written as one page per dataset in ``<report>_files/`` (the same blocks, the same rules), which the browser
+reads when it is opened; the report keeps its index: each query's values and A - B, linking to its block.
 
 The leaderboard shows the datasets the results hold, any collection (``r2med.reporting.columns``); below it
 the same rows by R2MED task and, where the query files carry it, by body system (``r2med.reporting.breakdown``;
@@ -27,10 +29,19 @@ from typing import Any
 
 from r2med.errors import InvalidInputError, MissingResourceError, R2MedError, UsageError
 from r2med.io.jsonsafe import JSONLimitError, loads
+from r2med.reporting import INLINE_QUERIES
 from r2med.reporting.breakdown import by_body_system, by_task, dataset_dir, task_members
 from r2med.reporting.compare import SystemSource, compare_systems, comparison_rows
 from r2med.reporting.board import board, legend_text
-from r2med.reporting.leaderboard import Row, SystemResults, discover, paper_results, rows_of
+from r2med.reporting.leaderboard import (
+    Refused,
+    RefusedResultsError,
+    Row,
+    SystemResults,
+    paper_results,
+    rows_of,
+    survey,
+)
 from r2med.reporting.plots import leaderboard_svg, win_loss_svg
 from r2med.reporting.render import render_template
 from r2med.reporting.tables import pct
@@ -40,6 +51,10 @@ from r2med.store.result_set import PER_QUERY_SUFFIX, RUN_SUFFIX, ResultFiles, re
 from r2med.store.results import SystemPath, match_system
 
 logger = logging.getLogger(__name__)
+
+
+#: the pages of a drill-down written beside ``<name>.html``: ``<name>_files/drill-<n>-<dataset>.html``
+DRILL_PAGE = "drill-{index}-{name}.html"
 
 
 @dataclass(frozen=True)
@@ -58,6 +73,9 @@ class ReportOptions:
     n_resamples: int = 10000
     seed: int = 0
     datasets: tuple[str, ...] | None = None
+    #: a drill-down of more queries than this is written as one page per dataset beside the report (its index, the
+    #: per-query values with links, stays in the report): the browser reads a dataset's texts when it is opened
+    inline_queries: int = INLINE_QUERIES
 
 
 def _has_per_query(s: SystemResults) -> bool:
@@ -347,16 +365,47 @@ def _names_of(dataset: str) -> set[str]:
 
 
 def build_report(result_dir: Path, options: ReportOptions = ReportOptions(), *, settings: Settings | None = None) -> str:
-    """The report page (HTML text) for the systems under ``result_dir``."""
+    """The report page (HTML text) for the systems under ``result_dir`` that can be shown; the page names the
+    systems whose results cannot be used (:func:`r2med.reporting.leaderboard.survey`) in the leaderboard's notes."""
+    return _build_report(result_dir, options, settings)[0]
+
+
+def drill_folder(output: Path) -> Path:
+    """Where the drill-down pages of the report ``output`` go: ``report.html`` -> ``report_files/``.
+
+    >>> drill_folder(Path("out/report.html")).as_posix()
+    'out/report_files'
+    """
+    output = Path(output)
+    return output.with_name(f"{output.stem}_files")
+
+
+def drill_page_name(index: int, dataset: str) -> str:
+    """The file name of a dataset's drill-down page: its position and its name, other characters as ``_``.
+
+    >>> drill_page_name(3, "Medical-Sciences"), drill_page_name(9, "my data/v2")
+    ('drill-3-Medical-Sciences.html', 'drill-9-my_data_v2.html')
+    """
+    import re
+
+    return DRILL_PAGE.format(index=index, name=re.sub(r"[^A-Za-z0-9._-]", "_", dataset))
+
+
+def _build_report(result_dir: Path, options: ReportOptions, settings: Settings | None, output: Path | None = None
+                  ) -> tuple[str, dict[Path, str], list[Refused], int]:
+    """The page, its drill-down pages (path -> HTML: none unless ``output`` is given and the drill-down holds more
+    than ``options.inline_queries`` queries), the systems refused, and how many systems of ``result_dir`` it shows."""
     from r2med import __version__
 
     settings = settings or get_settings()
-    found = discover(Path(result_dir))
+    found, refused = survey(Path(result_dir))
+    if not found and refused:
+        raise RefusedResultsError(refused, shown=0)
     if not found:
         raise MissingResourceError(f"{result_dir}: no result files found (<Dataset>.json with a 'test' object)")
     systems = {s.system: s for s in found}
     rows = rows_of(found + (paper_results() if options.with_paper else []), options.metric, options.datasets)
-    data = board(rows, options.metric)
+    data = board(rows, options.metric, refused=refused)
     a = _pick(systems, rows, options.system_a, None)
     b = _pick(systems, rows, options.system_b, a) if a is not None else None
     comparison, comparison_note, diffs = None, "", {}
@@ -393,13 +442,39 @@ def build_report(result_dir: Path, options: ReportOptions = ReportOptions(), *, 
             except R2MedError as exc:
                 logger.warning("%s: drill-down not available: %s", dataset, exc)  # said on the page too
                 drill.append({"dataset": dataset, "notes": [f"drill-down not available: {exc}"], "queries": []})
-    return render_template(
-        "report.html.j2", title=Path(result_dir).name or str(result_dir), source=str(result_dir), version=__version__,
+    title = Path(result_dir).name or str(result_dir)
+    pages: dict[Path, str] = {}
+    for section in drill:
+        section.setdefault("page", None)  # shown in the page itself unless written to a page of its own below
+    if output is not None and sum(len(section["queries"]) for section in drill) > options.inline_queries:
+        folder = drill_folder(output)
+        for index, section in enumerate(drill, start=1):
+            if not section["queries"]:
+                continue
+            name = drill_page_name(index, section["dataset"])
+            section.update(page=f"{folder.name}/{name}", labels=[s["label"] for s in section["queries"][0]["systems"]])
+            pages[folder / name] = render_template(
+                "report_drill.html.j2", title=title, section=section, index=index, back=f"../{Path(output).name}",
+                metric=data["metric"], version=__version__)
+    page = render_template(
+        "report.html.j2", title=title, source=str(result_dir), version=__version__,
         board=data, legend=legend_text(data["metric"], data["datasets"]),
         bars_svg=leaderboard_svg(rows, data["datasets"], data["average_label"]),
         breakdowns=_breakdowns(rows, found, options, settings), comparison=comparison,
         comparison_note=comparison_note, drill=drill,
     )
+    return page, pages, refused, len(found)
+
+
+def _texts_dir(dataset: str, found: Sequence[SystemResults], options: ReportOptions,
+               settings: Settings) -> tuple[Path | None, str | None]:
+    """Where the report finds ``dataset``'s files, as the drill-down does: --data-dir, else the directory the results'
+    manifests record, else the hub cache; and why not, when nowhere (issue 38: the note must say what is true)."""
+    picks = [(s.system, s) for s in found if not s.published]
+    recorded = None if options.data_dir is not None else recorded_dataset(dataset, picks)
+    if recorded is None:
+        return dataset_dir(dataset, options.data_dir, settings)
+    return recorded[0], recorded[1]
 
 
 def _breakdowns(rows: Sequence[Row], found: Sequence[SystemResults], options: ReportOptions,
@@ -413,7 +488,8 @@ def _breakdowns(rows: Sequence[Row], found: Sequence[SystemResults], options: Re
             if by == "task" and not task_members(rows[0].datasets):
                 raise MissingResourceError("no R2MED dataset shown: only R2MED's datasets have a task")
             breakdown = by_task(rows) if by == "task" else by_body_system(
-                rows, found, metric=options.metric, data_dir=options.data_dir, settings=settings)
+                rows, found, metric=options.metric, data_dir=options.data_dir, settings=settings,
+                locate=lambda name: _texts_dir(name, found, options, settings))
         except (MissingResourceError, InvalidInputError) as exc:
             section["note"] = f"{title.lower()}: not shown: {str(exc).removeprefix(f'--by {by}: ')}"
             out.append(section)
@@ -426,7 +502,26 @@ def _breakdowns(rows: Sequence[Row], found: Sequence[SystemResults], options: Re
 
 def write_report(result_dir: Path, output: Path, options: ReportOptions = ReportOptions(), *,
                  settings: Settings | None = None) -> Path:
-    """Build the report and write it to ``output`` atomically."""
-    from r2med.io.atomic import write_text_atomic
+    """Build the report and write it to ``output`` atomically; a drill-down of more than ``options.inline_queries``
+    queries goes to one page per dataset in :func:`drill_folder` (written first, each atomically; the pages of an
+    earlier report there that this one does not have are removed once the page is written). When
+    some systems' results cannot be used, the page shows the others and names them, and RefusedResultsError (exit 5,
+    ``written`` = the page) follows the write."""
+    from r2med.io.atomic import remove_file, write_text_atomic
 
-    return write_text_atomic(Path(output), build_report(result_dir, options, settings=settings))
+    output = Path(output)
+    page, pages, refused, shown = _build_report(result_dir, options, settings, output)
+    folder = drill_folder(output)
+    for path, text in pages.items():
+        folder.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(path, text)
+    path = write_text_atomic(output, page)
+    if folder.is_dir():
+        for stale in folder.glob(DRILL_PAGE.format(index="*", name="*")):
+            if stale not in pages:
+                remove_file(stale)
+        if not any(folder.iterdir()):
+            folder.rmdir()
+    if refused:
+        raise RefusedResultsError(refused, shown=shown, written=path)
+    return path

@@ -31,7 +31,9 @@ class Reranker(Protocol):
 
 class Reranked(Run):
     """A reranked run and what its reranker reports with it: ``stats`` (counts for the manifest: a dataclass or a
-    dict) and ``artifacts`` (``{"windows": [rows]}``: stored beside the result as ``<Dataset>.windows.jsonl``).
+    dict), ``artifacts`` (``{"windows": [rows]}``: stored beside the result as ``<Dataset>.windows.jsonl``) and
+    ``notes`` (``[(artifact, warning)]``: what to look at in an artifact; the runner logs each once the file is
+    written, naming it, so that "see the window log" says where that log is).
 
     >>> r = Reranked({"q": {"a": 2.0}}, name="x", stats={"pairs": 1})
     >>> r.details(), dict(r), r.name
@@ -39,10 +41,12 @@ class Reranked(Run):
     """
 
     def __init__(self, *args, name: str = "r2med", stats: object = None,
-                 artifacts: Mapping[str, Sequence[dict]] | None = None, **kwargs) -> None:
+                 artifacts: Mapping[str, Sequence[dict]] | None = None,
+                 notes: Sequence[tuple[str, str]] = (), **kwargs) -> None:
         super().__init__(*args, name=name, **kwargs)
         self.stats = stats
         self.artifacts = {suffix: list(rows) for suffix, rows in (artifacts or {}).items() if rows}
+        self.notes = [(suffix, note) for suffix, note in notes if suffix in self.artifacts]
 
     def details(self) -> dict | None:
         """``stats`` as a plain dict (None without stats)."""

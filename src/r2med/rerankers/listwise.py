@@ -265,7 +265,8 @@ class ListwiseReranker:
         log, self._windows = self._windows, []
         usage = self.client.usage
         sent = (usage.requests - before[0], usage.prompt_tokens - before[1], usage.completion_tokens - before[2])
-        return Reranked(reranked, name=self.name, stats=self._summarise(log, len(states), sent), artifacts={"windows": log})
+        stats = self._summarise(log, len(states), sent)
+        return Reranked(reranked, name=self.name, stats=stats, artifacts={"windows": log}, notes=self._notes(stats))
 
     def _advance(self, state: _Query, queries, corpus, run, memo, jobs, waiting, bar) -> None:
         """Apply the query's next windows from the cache; queue the first one that needs a request."""
@@ -350,6 +351,14 @@ class ListwiseReranker:
             entry["error"] = error
         self._windows.append(entry)
 
+    def _notes(self, stats: ListwiseStats) -> list[tuple[str, str]]:
+        """The warning about repaired answers, for the runner to log naming the window log once it is written (a
+        caller of ``rerank`` finds it in ``Reranked.notes``)."""
+        if not stats.repaired:
+            return []
+        return [("windows", f"{self.name}: {stats.repaired} of {stats.windows} window answers were not a clean "
+                            "permutation (repeats, unknown or missing identifiers, no answer); see the window log")]
+
     def _summarise(self, log: list[dict[str, Any]], queries: int, sent: tuple[int, int, int]) -> ListwiseStats:
         windows = len(log)
         cached = sum(1 for e in log if e["cached"])
@@ -359,9 +368,6 @@ class ListwiseReranker:
                               requests=sent[0], result_prompt_tokens=self._tokens[0],
                               result_completion_tokens=self._tokens[1])
         logger.info("%s: %d windows (%d from the cache), %d answers repaired, %d failed", self.name, windows, cached, repaired, failed)
-        if repaired:
-            logger.warning("%s: %d of %d window answers were not a clean permutation (repeats, unknown or missing "
-                           "identifiers, no answer); see the window log", self.name, repaired, windows)
         unparsable = [e for e in log if e.get("source") == "unparsable"]
         if unparsable:
             first = unparsable[0]

@@ -193,7 +193,7 @@ def _api_encoder(spec, options: DenseOptions):
 
     # as the authors' code sent texts: newlines flattened, JSON-quoted, cut to 6000 / 16000 tokens
     env = {"api_key_env": spec.api_key_env} if spec.api_key_env else {}  # the zoo names the key's variable
-    http = {"timeout": options.timeout, "max_retries": options.max_retries}
+    http = {"timeout": options.timeout, "max_retries": options.max_retries, "max_concurrency": options.concurrency}
     if "voyage" in spec.model:
         return VoyageEmbeddings(spec.model, preprocess="r2med", max_input_tokens=16000, **env, **http)
     return OpenAIEmbeddings(spec.model, preprocess="r2med", max_input_tokens=6000, **env, **http)
@@ -232,7 +232,7 @@ def _dense(rspec: RetrieverSpec, options: DenseOptions, runtime: Runtime) -> Ret
     spec = _resolve_zoo(rspec.name, options)
     encoder = (_api_encoder(spec, options) if spec.backend == "api"
                else make_encoder(spec, device=options.device, batch_size=options.batch_size,
-                                batch_tokens=options.batch_tokens))
+                                batch_tokens=options.batch_tokens, compile=options.compile))
     return _searcher(_dense_system(rspec, options), encoder, options, runtime,
                      lambda dataset: (spec.instruction("query", dataset), spec.instruction("document", dataset)))
 
@@ -284,7 +284,7 @@ def _remote(spec: RetrieverSpec, options: DenseOptions, runtime: Runtime) -> Ret
 
     model = _remote_model(spec)
     encoder = OpenAIEmbeddings(model, batch_size=options.batch_size or 128, timeout=options.timeout,
-                               max_retries=options.max_retries)
+                               max_retries=options.max_retries, max_concurrency=options.concurrency)
     return _searcher(system_name(model), encoder, options, runtime)
 
 

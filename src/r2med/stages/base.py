@@ -20,7 +20,9 @@ class Stage(Protocol):
     dataset's files (the runner adds the system, the data and ``ignore_identical_ids``): a stored result
     whose manifest has the same configuration is reused. ``run(dataset)`` makes the run; afterwards
     ``details(dataset)`` adds facts to the manifest (LLM usage, fallbacks) and ``artifacts(dataset)``
-    names extra JSONL files (``{"windows": [rows]}`` -> ``<Dataset>.windows.jsonl``) stored beside the result.
+    names extra JSONL files (``{"windows": [rows]}`` -> ``<Dataset>.windows.jsonl``) stored beside the result; a
+    stage may define ``artifact_notes(dataset) -> [(artifact, warning)]``, logged with the artifact's path once it is
+    written.
     A stage may set ``judged_all = True``: judged queries missing from its run then count as 0 (an agent's query
     without a search); by default only queries in both are averaged, as the official numbers were. A stage whose
     result depends on files outside its result set (the agent's expansion folder) may define

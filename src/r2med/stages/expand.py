@@ -91,7 +91,7 @@ class Expand:
 
 def expand_dataset(dataset: Dataset, config: ExpansionConfig, *, out_dir: Path, client: ChatClient | None = None,
                    first_stage: Run | None = None, progress: bool = True) -> ExpansionReport:
-    """Expand ``dataset``'s queries into ``out_dir`` through the runner (as ``r2med expand --out DIR`` does for one
+    """Expand ``dataset``'s queries into ``out_dir`` through the runner (as ``r2med expand --output DIR`` does for one
     dataset) and return the report: failed queries are listed in it, and their file has no manifest (a rerun makes
     it again). When the client's budget runs out, what finished is written and ``BudgetExceeded`` (with ``.report``)
     is raised. A stored file made by the same configuration is kept (``report.reused``)."""

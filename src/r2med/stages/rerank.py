@@ -218,3 +218,7 @@ class Rerank:
 
     def artifacts(self, dataset: Dataset) -> dict[str, list[dict[str, Any]]]:
         return self._reported.artifacts
+
+    def artifact_notes(self, dataset: Dataset) -> list[tuple[str, str]]:
+        """The reranker's warnings about its artifacts, ``[(artifact, warning)]``, logged once the file is written."""
+        return self._reported.notes

@@ -30,7 +30,7 @@ logger = logging.getLogger(__name__)
 #: what to do about a product's folder that cannot be written, or that another process is writing
 FOLDER_FIX = "make it writable, or set R2MED_HOME (or the command's output folder) to a writable directory"
 BUSY_FIX = ("wait for it to finish (it writes the same files: this run changed nothing), or give this run its own "
-            "folder (--llm-name, --out)")
+            "folder (--llm-name, --output)")
 
 #: a dataset, or a zero-argument loader called when its turn comes
 DatasetSource = Dataset | Callable[[], Dataset]
@@ -189,6 +189,8 @@ def _compute(stage: Stage, dataset: Dataset, config: dict[str, Any], output: Pat
         for suffix, rows in artifacts.items():
             write_jsonl_atomic(artifact_paths[suffix], rows)
         files = write_result(output, stage.where, dataset.name, scores, run, seconds=seconds)
+    for suffix, note in getattr(stage, "artifact_notes", lambda _: [])(dataset):  # "see the window log": which file it is
+        logger.warning("%s %s", note, artifact_paths[suffix])
     timings = {"search": searched - start, "evaluate": time.perf_counter() - searched, "total": seconds}
     details = stage.details(dataset)
     members = {path.name: digest for path, digest in written.items()}

@@ -2,7 +2,9 @@
 ``on_batch`` as it is finished; counts the texts it is given; can advance a fake clock per batch, and stop (raise
 KeyboardInterrupt, or SIGKILL its own process) when a given batch starts. Also run as a script (the SIGKILL test):
 
-    python streaming_encoder.py CACHE_DIR N_TEXTS KILL_AT_BATCH FLUSH_TEXTS FLUSH_SECONDS SECONDS_PER_BATCH
+    python streaming_encoder.py CACHE_DIR N_TEXTS KILL_AT_BATCH FLUSH_TEXTS FLUSH_SECONDS SECONDS_PER_BATCH [CHUNKS_PER_CALL]
+
+``chunks_per_call`` (as a multi-device encoder has it) makes the cache hand it several chunks per call.
 """
 
 from __future__ import annotations
@@ -28,14 +30,16 @@ class FakeClock:
 
 class StreamingEncoder(FakeEncoder):
     def __init__(self, *, batch: int = 50, clock: FakeClock | None = None, seconds_per_batch: float = 0.0,
-                 stop_at_batch: int | None = None, kill: bool = False) -> None:
+                 stop_at_batch: int | None = None, kill: bool = False, chunks_per_call: int = 1) -> None:
         super().__init__()
         self.batch, self.clock, self.seconds_per_batch = batch, clock, seconds_per_batch
         self.stop_at_batch, self.kill, self.batches = stop_at_batch, kill, 0
+        self.chunks_per_call, self.calls = chunks_per_call, 0
 
     def encode(self, texts, *, kind, instruction="", batch_size=None, progress=False, on_batch=None, on_vectors=None):
         texts = list(texts)
         self.texts_encoded += len(texts)
+        self.calls += 1
         out = np.zeros((len(texts), self.dim), np.float32)
         for start in range(0, len(texts), self.batch):
             self.batches += 1
@@ -62,9 +66,11 @@ def texts(n: int) -> list[str]:
 if __name__ == "__main__":
     from r2med.retrievers.dense.cache import EmbeddingCache
 
-    root, n, kill_at, flush_texts, flush_seconds, per_batch = sys.argv[1:]
+    root, n, kill_at, flush_texts, flush_seconds, per_batch = sys.argv[1:7]
+    group = int(sys.argv[7]) if len(sys.argv) > 7 else 1
     clock = FakeClock()
-    encoder = StreamingEncoder(clock=clock, seconds_per_batch=float(per_batch), stop_at_batch=int(kill_at), kill=True)
+    encoder = StreamingEncoder(clock=clock, seconds_per_batch=float(per_batch), stop_at_batch=int(kill_at), kill=True,
+                               chunks_per_call=group)
     cache = EmbeddingCache(Path(root), flush_texts=int(flush_texts), flush_seconds=float(flush_seconds), clock=clock)
     cache.embed(encoder, texts(int(n)), kind="document")
     sys.exit(3)  # never reached: the encoder kills the process first

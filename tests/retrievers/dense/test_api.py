@@ -466,3 +466,14 @@ def test_run_with_any_openai_compatible_embeddings_server(server, monkeypatch, c
     assert "Q: what lowers a fever" in sent and "aspirin reduces fever and pain" in sent
     assert (tmp_path / "base retriever" / "Org__Embed-1" / "tiny.json").is_file()
     assert cli("run", "--retriever", "openai:", "--data-dir", DATA / "tiny", "--output", tmp_path).code == 2
+
+
+def test_concurrency_reaches_the_openai_compatible_encoder(server, monkeypatch):
+    # a server with N copies of the model (vLLM --data-parallel-size N) is busy only with N requests in flight
+    from r2med.retrievers.registry import RetrieverSpec, make_retriever
+
+    monkeypatch.setenv("OPENAI_BASE_URL", server.url)
+    assert make_retriever("openai:Org/Embed-1", cache_dir=None).encoder.max_concurrency == 4
+    assert make_retriever("openai:Org/Embed-1:concurrency=16", cache_dir=None).encoder.max_concurrency == 16
+    spec = RetrieverSpec.parse("openai:Org/Embed-1", given={"concurrency": 8})  # --concurrency 8
+    assert make_retriever(spec, cache_dir=None).encoder.max_concurrency == 8

@@ -111,7 +111,7 @@ def test_on_cuda_batches_are_pinned_and_the_vectors_match_the_cpu():
 
     spec = ModelSpec(name="tiny", model=str(DATA / "dense" / "tiny-bert"), backend="transformers", pooling="mean")
     texts = [" ".join(["fever"] * (1 + i % 30)) for i in range(200)]
-    gpu = make_encoder(spec, device="cuda", batch_tokens=512)
+    gpu = make_encoder(spec, device="cuda:0", batch_tokens=512)  # one GPU ("cuda" is every visible one)
     prepared = gpu._prepare(texts, "document", "")
     assert all(t.is_pinned() for t in gpu._inputs(prepared, [0, 1], "document").values())
     got = gpu.encode(texts, kind="document")

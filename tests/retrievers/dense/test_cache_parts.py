@@ -25,10 +25,12 @@ from streaming_encoder import FakeClock, StreamingEncoder, texts  # noqa: E402
 SRC = HERE.parents[2] / "src"
 
 
-def _kill_midway(root: Path, n: int, kill_at: int, flush_texts: int, flush_seconds: float, per_batch: float) -> None:
+def _kill_midway(root: Path, n: int, kill_at: int, flush_texts: int, flush_seconds: float, per_batch: float,
+                 group: int = 1) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), str(HERE), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run([sys.executable, str(HERE / "streaming_encoder.py"), str(root), str(n), str(kill_at),
-                           str(flush_texts), str(flush_seconds), str(per_batch)], env=env, capture_output=True, timeout=120)
+                           str(flush_texts), str(flush_seconds), str(per_batch), str(group)], env=env,
+                          capture_output=True, timeout=120)
     assert done.returncode == -signal.SIGKILL, done.stderr.decode()
 
 
@@ -79,6 +81,42 @@ def test_ctrl_c_after_minutes_keeps_everything_finished(tmp_path):
     stored = EmbeddingCache(tmp_path).embed(again, texts(3000), kind="document")
     assert again.texts_encoded == 2000
     np.testing.assert_array_equal(stored.array(), _fresh(tmp_path, 3000))
+
+
+def test_several_chunks_per_call_give_the_same_cache_in_fewer_calls(tmp_path):
+    encoder = StreamingEncoder(chunks_per_call=2)  # as a multi-device encoder: its workers meet once per call
+    cache = EmbeddingCache(tmp_path / "cache")
+    stored = cache.embed(encoder, texts(10_000), kind="document")  # 3 chunks of 4,096: calls of chunks 0-1, then 2
+    assert (encoder.calls, encoder.texts_encoded, cache.encoded_texts) == (2, 10_000, 10_000)
+    np.testing.assert_array_equal(stored.array(), _fresh(tmp_path, 10_000))
+    assert sorted(p.name for p in stored.directory.glob("chunk_*")) == [
+        f"chunk_{i:05d}.npy{ext}" for i in range(3) for ext in ("", ".sha256")]
+
+
+def test_several_chunks_per_call_lose_at_most_512_texts_to_a_sigkill(tmp_path):
+    # batches of 50 over chunks 0 and 1 in one call; the group's parts are written whenever 512 texts wait (every 11
+    # batches), chunk 0 as soon as it is complete (in batch 82); after batch 82 chunk 1 has 4 texts waiting, 554 at
+    # batch 93 (written); killed as batch 95 starts: chunk 0 whole, 554 texts of chunk 1 kept, batch 94 lost
+    _kill_midway(tmp_path / "cache", 10_000, kill_at=95, flush_texts=512, flush_seconds=60, per_batch=0, group=2)
+    (folder,) = (tmp_path / "cache").iterdir()
+    assert (folder / "chunk_00000.npy").is_file() and not list(folder.glob("chunk_00000.part*"))
+    assert _stored_rows(tmp_path / "cache") == 554
+    again = StreamingEncoder(chunks_per_call=2)
+    stored = EmbeddingCache(tmp_path / "cache").embed(again, texts(10_000), kind="document")
+    assert again.texts_encoded == 10_000 - 4096 - 554
+    np.testing.assert_array_equal(stored.array(), _fresh(tmp_path, 10_000))
+
+
+def test_ctrl_c_in_a_call_of_several_chunks_keeps_every_finished_batch(tmp_path):
+    encoder = StreamingEncoder(chunks_per_call=3, stop_at_batch=90)  # 89 batches finished: 4,450 texts
+    with pytest.raises(KeyboardInterrupt):
+        EmbeddingCache(tmp_path).embed(encoder, texts(10_000), kind="document")
+    (folder,) = tmp_path.iterdir()
+    assert (folder / "chunk_00000.npy").is_file() and _stored_rows(tmp_path) == 4450 - 4096
+    again = StreamingEncoder(chunks_per_call=3)
+    stored = EmbeddingCache(tmp_path).embed(again, texts(10_000), kind="document")
+    assert again.texts_encoded == 10_000 - 4450
+    np.testing.assert_array_equal(stored.array(), _fresh(tmp_path, 10_000))
 
 
 def test_an_encoder_without_on_vectors_is_kept_every_512_texts(tmp_path):

@@ -26,6 +26,8 @@ from r2med.retrievers.dense.base import Encoder
 from r2med.retrievers.dense.encoders import length_sorted_order
 from r2med.retrievers.dense.factory import make_encoder
 from r2med.retrievers.dense.zoo import ModelSpec, get_model, resolve_model
+import re
+from r2med.installed import install_command
 
 TINY_BERT = DATA / "dense" / "tiny-bert"
 TINY_DECODER = DATA / "dense" / "tiny-decoder"
@@ -277,6 +279,6 @@ def test_bad_kind_and_batch_size(st_encoder):
 
 def test_a_missing_extra_names_the_install_command(monkeypatch):
     monkeypatch.setitem(sys.modules, "sentence_transformers", None)
-    with pytest.raises(MissingExtraError, match=r'pip install "r2med\[dense\]"') as info:
+    with pytest.raises(MissingExtraError, match=re.escape(install_command("dense"))) as info:
         require("sentence_transformers")
     assert info.value.exit_code == 3

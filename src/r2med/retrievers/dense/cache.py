@@ -7,7 +7,10 @@ While a chunk is being encoded, what is finished of it is kept as parts ``chunk_
 positions in the chunk and their vectors, each with its checksum), written every ``flush_texts`` texts (512) or
 ``flush_seconds`` (60 s), whichever comes first, and at once on Ctrl-C; the finished chunk replaces its parts. A
 run killed mid-corpus (Ctrl-C or SIGKILL) so loses at most the batch in flight and under a minute or 512 texts of
-finished ones; the next run encodes only the texts that are missing. Parts are an addition within the same
+finished ones; the next run encodes only the texts that are missing. An encoder that sets ``chunks_per_call`` (the
+multi-device encoder: one per device) is handed the missing texts of that many chunks at once, so that its workers
+wait for each other once per call; each chunk is written as soon as it is complete, and the parts of the call's
+chunks are written together, so the same bound holds. Parts are an addition within the same
 format: a folder written with whole chunks only (4,096 texts, before parts existed) reads as before.
 Every chunk is read through the verified reader (``r2med.io.verified``): a chunk that is damaged, or
 whose checksum was never written, is encoded again with a warning; a damaged manifest starts the
@@ -169,9 +172,16 @@ class EmbeddingCache:
         total = sum(min(chunk, len(texts) - i * chunk) - len(parts[i].rows) for i in missing)
         streams = accepts_keyword(encoder, "on_vectors")
         per_batch = streams or accepts_on_batch(encoder)
+        # an encoder on several devices takes that many chunks per call: its workers wait for each other once per call
+        group = max(1, int(getattr(encoder, "chunks_per_call", 1))) if streams else 1
         with progress_bar(total, desc=f"encoding {kind_label(kind)} ({encoder.name})", unit=kind_unit(kind),
                           enabled=progress) as bar:
-            for i in missing:
+            for g in range(0, len(missing), group):
+                if group > 1:
+                    self._encode_group(encoder, texts, stored, missing[g:g + group], parts, bar, kind=kind,
+                                       instruction=instruction, batch_size=batch_size)
+                    continue
+                i = missing[g]
                 start = i * chunk
                 size = min(chunk, len(texts) - start)
                 kept = parts[i]
@@ -208,6 +218,65 @@ class EmbeddingCache:
                 write_verified(stored.chunk_path(i), lambda handle, data=data: np.save(handle, data, allow_pickle=False), binary=True)
                 kept.remove()
         return stored
+
+    def _encode_group(self, encoder: Encoder, texts: Sequence[str], stored: StoredEmbeddings, chunks: list[int],
+                      parts: dict[int, _ChunkParts], bar: Any, **options: Any) -> None:
+        """The missing texts of ``chunks`` in one call of a streaming encoder: each batch's vectors go to their
+        chunk's parts as they come (all the group's parts written together every ``flush_texts`` texts or
+        ``flush_seconds``), and each chunk is written as soon as it is complete."""
+        n, chunk = stored.n, stored.chunk
+        sizes = {i: min(chunk, n - i * chunk) for i in chunks}
+        positions = [(i, r) for i in chunks for r in range(sizes[i]) if r not in parts[i].rows]  # (chunk, row)
+        written: set[int] = set()
+        flushed = [self.clock()]
+        for i in chunks:
+            parts[i].last_flush = flushed[0]
+
+        def write(i: int) -> None:
+            data = parts[i].assemble(sizes[i])
+            write_verified(stored.chunk_path(i), lambda handle: np.save(handle, data, allow_pickle=False), binary=True)
+            parts[i].remove()
+            written.add(i)
+
+        def take(rows: Sequence[int], vectors: np.ndarray) -> None:
+            by_chunk: dict[int, tuple[list[int], list[int]]] = {}
+            for k, row in enumerate(rows):
+                i, r = positions[row]
+                by_chunk.setdefault(i, ([], []))[0].append(r)
+                by_chunk[i][1].append(k)
+            for i, (local, ks) in by_chunk.items():
+                parts[i].add(local, np.asarray(vectors)[ks])
+                if i not in written and len(parts[i].rows) == sizes[i]:
+                    write(i)
+            if sum(parts[i].n_pending for i in chunks) >= self.flush_texts \
+                    or self.clock() - flushed[0] >= self.flush_seconds:
+                flushed[0] = self.clock()
+                for i in chunks:
+                    parts[i].flush()
+
+        report = _ChunkReporter(bar, len(positions))
+        try:
+            if positions:
+                vectors = encoder.encode([texts[i * chunk + r] for i, r in positions], progress=False,
+                                         on_batch=report, on_vectors=take, **options)
+                vectors = np.asarray(vectors, dtype=np.float32)
+                if vectors.shape[0] != len(positions):
+                    raise ValueError(f"encoder {encoder.name} returned {vectors.shape[0]} vectors for "
+                                     f"{len(positions)} texts")
+                self.encoded_texts += len(positions)
+                take(range(len(positions)), vectors)  # rows not handed over batch by batch (those that were: skipped)
+        except TextTooLongError as exc:
+            for i in chunks:
+                parts[i].flush()
+            raise exc.shifted(lambda j: positions[j][0] * chunk + positions[j][1]) from None
+        except BaseException:
+            for i in chunks:
+                parts[i].flush()  # Ctrl-C, a failing model or worker: what is finished stays
+            raise
+        for i in chunks:
+            if i not in written:
+                write(i)
+        report.finish()
 
     def _parts(self, stored: StoredEmbeddings, i: int, n: int) -> _ChunkParts:
         """What earlier runs finished of chunk ``i`` (its verified parts; a damaged one is removed, with a warning)."""

@@ -76,6 +76,7 @@ class BaseEncoder(ABC):
         batch_tokens: int | None = None,
         dtype: str | None = None,
         trust_remote_code: bool | None = None,
+        compile: bool = False,
     ) -> None:
         if batch_size is not None and batch_size < 1:
             raise UsageError(f"batch size must be >= 1, got {batch_size}")
@@ -94,6 +95,14 @@ class BaseEncoder(ABC):
         self.budget = TokenBudget(tokens=tokens, texts=batch_size)
         self.count_budget = TokenBudget(tokens=None, texts=self.batch_size)
         self.trust_remote_code = bool(spec.trust_remote_code or trust_remote_code)
+        if compile and not self.compiles:
+            raise UsageError(f"--compile applies to models on the transformers backend; '{spec.name}' runs on "
+                             f"{spec.backend}: run it without --compile")
+        #: the forward pass under torch.compile, checked against eager on the first batch (``compiled.py``)
+        self.compile = bool(compile)
+
+    #: whether this encoder can run its model under ``--compile``
+    compiles = False
 
     def encode(
         self,

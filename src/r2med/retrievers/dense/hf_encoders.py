@@ -19,9 +19,10 @@ from typing import Any
 
 import numpy as np
 
+from r2med.batching import is_out_of_memory
 from r2med.errors import UsageError
 from r2med.hf import adapter_kwargs, dtype_kwargs, hub_kwargs, load_error, require
-from r2med.retrievers.dense import pooling
+from r2med.retrievers.dense import compiled, pooling
 from r2med.retrievers.dense.base import Kind
 from r2med.retrievers.dense.encoders import BaseEncoder, Prepared
 
@@ -36,10 +37,14 @@ class _Tower:
     def __init__(self, tokenizer: Any, model: Any) -> None:
         self.tokenizer = tokenizer
         self.model = model
+        self.compiled: Any = None  # the model under torch.compile (--compile), made on first use
+        self.checked = False  # its vectors were compared with eager's (on the tower's first batch)
 
 
 class TransformersEncoder(BaseEncoder):
     """AutoModel + pooling + optional L2 normalisation; one tower per distinct model id."""
+
+    compiles = True
 
     def __init__(self, spec, **options) -> None:
         super().__init__(spec, **options)
@@ -148,15 +153,35 @@ class TransformersEncoder(BaseEncoder):
 
     def _encode_rows(self, prepared: Prepared, rows: list[int], kind: Kind, instruction: str,
                      inputs: Any = None) -> np.ndarray:
-        torch = require("torch")
         tower = self._tower(kind)
         _, prompt = prepared.state
         host = inputs if inputs is not None else self._inputs(prepared, rows, kind)
         inputs = {key: value.to(self.device, non_blocking=True) for key, value in host.items()}
+        if not self.compile:
+            return self._vectors(tower.model, inputs, prompt)
+        if tower.compiled is None:
+            tower.compiled = compiled.compile_model(tower.model)
+        try:
+            vectors = self._vectors(tower.compiled, inputs, prompt)
+        except Exception as exc:
+            if is_out_of_memory(exc):
+                raise
+            raise compiled.compile_failed(self.name, self.device, exc) from exc
+        if not tower.checked:  # the tower's first batch: eager is the reference
+            worst = compiled.check_compiled(self.name, self.autocast or self.dtype,
+                                            self._vectors(tower.model, inputs, prompt), vectors)
+            tower.checked = True
+            logger.info("%s: --compile checked on a first batch of %d texts: worst per-text cosine %.7f against "
+                        "eager", self.name, len(rows), worst)
+        return vectors
+
+    def _vectors(self, model: Any, inputs: dict[str, Any], prompt: int) -> np.ndarray:
+        """Pooled (and, as the recipe says, normalised) vectors of the batch ``inputs`` through ``model``."""
+        torch = require("torch")
         extra = {"is_causal": False} if self.spec.bidirectional else {}
         autocast = torch.autocast("cuda", dtype=getattr(torch, self.autocast)) if self.autocast else nullcontext()
         with torch.inference_mode(), autocast:
-            output = tower.model(**inputs, **extra)
+            output = model(**inputs, **extra)
             hidden = output.last_hidden_state if hasattr(output, "last_hidden_state") else output[0]
             mask = inputs["attention_mask"]
             if prompt:
