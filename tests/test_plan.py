@@ -56,8 +56,10 @@ def test_two_unknown_names_and_an_unset_key_variable_in_one_error(sample, tmp_pa
 def test_plan_error_takes_the_smallest_exit_code_and_lists_each_problem():
     error = PlanError([MissingResourceError("no data"), UsageError("bad name"), MissingExtraError("torch", "dense")])
     assert error.exit_code == 2
+    from r2med.installed import install_command
+
     assert str(error).splitlines()[1:] == ["  - no data", "  - bad name", "  - the Python package 'torch' is needed "
-                                           "but is not installed; install it with: pip install \"r2med[dense]\""]
+                                           f"but is not installed; install it with: {install_command('dense')}"]
     assert PlanError([MissingResourceError("a"), MissingResourceError("b")]).exit_code == 4
 
 
@@ -93,8 +95,10 @@ def test_a_missing_extra_is_found_by_name_without_importing_it(sample, tmp_path,
     with pytest.raises(MissingExtraError) as caught:
         planning.plan(spec)
     assert caught.value.exit_code == 3 and caught.value.extra == "dense"
+    from r2med.installed import install_command
+
     assert str(caught.value) == (f"the Python package 'torch' is needed for --retriever {model} but is not installed; "
-                                 'install it with: pip install "r2med[dense]"')
+                                 f"install it with: {install_command('dense')}")
     assert looked == ["torch"]  # the first missing module of the extra is named
 
 
