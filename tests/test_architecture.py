@@ -22,8 +22,9 @@ def test_the_contracts_cover_cycles_and_layers():
     kinds = {c["type"]: c for c in _contracts()}
     assert kinds["acyclic_siblings"]["ancestors"] == ["r2med"]
     layers = kinds["layers"]["layers"]
-    # reproduce() runs a pipeline: the reproduction use case sits above it
-    assert layers[:3] == ["cli", "reproduction", "pipeline"] and layers.index("stages") == 4
+    # reproduce() runs a pipeline: the reproduction use case sits above it; a pipeline executes a plan
+    assert layers[:4] == ["cli", "reproduction", "pipeline", "planning"]
+    assert layers.index("config") == 4 and layers.index("stages") == 5
 
 
 def test_import_linter_passes(capsys):

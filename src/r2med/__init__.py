@@ -15,13 +15,14 @@ from r2med.errors import R2MedError
 from r2med.evaluation import evaluate
 from r2med.types import Qrels, Run, Scores
 
-__all__ = ["Dataset", "Encoder", "Qrels", "R2MedError", "Run", "Scores", "__version__", "evaluate", "load_dataset",
-           "load_datasets", "reproduce", "run", "run_pipeline"]
+__all__ = ["Dataset", "Encoder", "Plan", "Qrels", "R2MedError", "Run", "Scores", "__version__", "evaluate", "execute",
+           "load_dataset", "load_datasets", "plan", "reproduce", "run", "run_pipeline"]
 
 #: loaded on first use (``r2med.run`` pulls in the pipeline, ``r2med.reproduce`` the published plans; importing
 #: ``r2med`` stays light)
 _LAZY = {"Encoder": "r2med.retrievers.dense.python_encoder", "reproduce": "r2med.reproduction", "run": "r2med.pipeline",
-         "run_pipeline": "r2med.pipeline"}
+         "run_pipeline": "r2med.pipeline", "Plan": "r2med.planning", "plan": "r2med.planning",
+         "execute": "r2med.planning"}
 
 
 def __getattr__(name: str):

@@ -14,6 +14,8 @@ code  class                       meaning
 6     ``ProviderError``           a provider or runtime failure (hub, API, model runtime, another
                                   file-system failure); a results directory another r2med process is
                                   using (``ResultsBusyError``)
+2-6   ``PlanError``               several problems a plan found before any work (``r2med.planning``): the
+                                  smallest exit code among them
 130                               interrupted (Ctrl-C or SIGTERM)
 ====  ==========================  =====================================================================
 """
@@ -106,3 +108,16 @@ class ResultsBusyError(R2MedError):
 class IncompleteResultError(ProviderError):
     """A stage finished a dataset with some queries failed: what it made is written (an agent's files), its result
     is not stored, the other datasets still run, and the run ends with this error (exit 6); a rerun retries them."""
+
+
+class PlanError(R2MedError):
+    """Several problems a plan found before any work (``r2med.planning``): each is an R2MedError of its own, all
+    listed in one message; the exit code is the smallest of theirs (a usage mistake first, then a missing extra, a
+    missing resource, ...).
+    """
+
+    def __init__(self, problems: list[R2MedError]) -> None:
+        self.problems = list(problems)
+        self.exit_code = min((p.exit_code for p in self.problems), default=1)
+        listed = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(f"{len(self.problems)} problems; nothing was run (fix them all, then run again):\n{listed}")

@@ -158,6 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = _command_of(argv)
     parser = build_parser((command,) if command is not None else COMMAND_MODULES)
     args = parser.parse_args(argv)
+    args.argv = list(argv)  # what --dry-run shows as the command that runs the plan
     # -q/-v are absent from the namespace unless given (see build_parser)
     args.quiet, args.verbose = getattr(args, "quiet", False), getattr(args, "verbose", False)
     saved = (logger.level, logger.propagate)

@@ -1,7 +1,7 @@
 """``r2med agent``: Search-R1 or Search-o1 over any r2med retriever, on R2MED datasets or any collection.
 
-Thin: builds a ``PipelineSpec`` whose first stage is the agent (``AgentSpec``), calls ``run_pipeline`` and prints
-the agent's own ranking per dataset and where its expansion file and trajectories are.
+Thin: builds a ``PipelineSpec`` whose first stage is the agent (``AgentSpec``), plans it (``--dry-run`` prints the
+plan), executes it and prints the agent's own ranking per dataset and where its expansion file and trajectories are.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from pathlib import Path
 
 from r2med.cli.args import add_recompute_options, emit_json, positive_int, progress_printer, result_table
 from r2med.cli.args import csv_list as _csv
+from r2med.cli.dryrun import add_dry_run
 from r2med.cli.flags import add
 
 
@@ -44,14 +45,18 @@ def build_spec(args: argparse.Namespace):
 
 
 def cmd_agent(args: argparse.Namespace) -> int:
-    from r2med.pipeline import run_pipeline
+    from r2med.cli.dryrun import command_of, show_plan
+    from r2med.planning import execute, plan
     from r2med.settings import get_settings
     from r2med.stages import summarise
     from r2med.store.results import SystemPath
 
     spec = build_spec(args)
-    stages = run_pipeline(spec, progress=not (args.quiet or args.json), resume=not args.force,
-                          on_result=progress_printer(args))
+    planned = plan(spec, resume=not args.force, command=command_of(args))
+    if args.dry_run:
+        return show_plan(planned, as_json=args.json, title="r2med agent: the plan (nothing was loaded or contacted)")
+    stages = execute(planned, progress=not (args.quiet or args.json), resume=not args.force,
+                     on_result=progress_printer(args))
     if len(stages) > 1:  # --seeds/--runs: one stored run per seed, then their mean and sd
         return _seeded(args, spec, stages)
     where, results = next(iter(stages.items()))
@@ -130,4 +135,5 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     ag.add_argument("--top-k", type=positive_int, default=100, help="documents kept in the agent's ranking (default 100)")
     add_recompute_options(ag, caches="indexes and embeddings")
     ag.add_argument("--json", action="store_true", help="print the scores and the agent's counts as JSON")
+    add_dry_run(ag)
     ag.set_defaults(func=cmd_agent)

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 from r2med.cli.args import csv_list as _csv
 from r2med.cli.args import hidden_alias
+from r2med.cli.dryrun import add_dry_run
 from r2med.cli.flags import add
 from r2med.errors import MissingResourceError, UsageError
 from r2med.expansion.methods import gar_method, method_names
@@ -63,6 +64,7 @@ def register(subparsers: argparse._SubParsersAction, common_parent: argparse.Arg
                          "default <R2MED_HOME>/expansions/<Dataset>/<method>/<llm-name>/")
     hidden_alias(ex, "--out", "--output")  # its name before issue 38: every other command says --output
     ex.add_argument("--json", action="store_true", help="print the reports as JSON")
+    add_dry_run(ex)
     add(ex, flag_sets())
     ex.set_defaults(func=cmd_expand)
     return ex
@@ -164,12 +166,21 @@ def cmd_expand(args: argparse.Namespace) -> int:
     from r2med.stages.expand import Expand
     from r2med.stages.runner import run_file_stage
 
+    from r2med.cli.dryrun import command_of, show_plan
+    from r2med.planning import plan_expand
+
     command = build_expand(args)
     quiet, as_json = command.quiet, command.as_json
+    config = command.config
+    planned = plan_expand(config, base_url=command.base_url, api_key_env=command.endpoint.api_key_env,
+                          tasks=command.tasks, data_dir=command.data_dir, first_stage=command.first_stage,
+                          out=command.out, check=lambda names: _check_prompts(config.method, config.prompt_dataset, names),
+                          command=command_of(args))
+    if args.dry_run:
+        return show_plan(planned, as_json=as_json, title="r2med expand: the plan (nothing was loaded or contacted)")
     if not quiet:
         print(command.sampling_note, file=sys.stderr)
     targets = dataset_loaders(command.tasks, data_dir=command.data_dir)
-    _check_prompts(command.config.method, command.config.prompt_dataset, [name for name, _ in targets])
     first_stage = command.first_stage
     stage = Expand(command.config, out_dir=command.out, subfolders=len(targets) > 1, client=command.endpoint.client(command.base_url, budget=command.budget),
                    first_stage=None if first_stage is None else (lambda name: load_first_stage(first_stage, name)),

@@ -1,7 +1,8 @@
 """``r2med rerank``: rerank a first stage's top k with a cross-encoder, RankLLaMA or a listwise LLM.
 
 Thin: parses, builds a ``PipelineSpec`` whose first stage is the stored runs of ``--run`` and whose last is
-the reranker, calls ``run_pipeline`` and prints a summary. Importing this module imports nothing heavy.
+the reranker, plans it (``--dry-run`` prints the plan), executes it and prints a summary. Importing this module
+imports nothing heavy.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from pathlib import Path
 
 from r2med.cli.args import add_recompute_options, emit_json, progress_printer, result_table
 from r2med.cli.args import csv_list as _csv
+from r2med.cli.dryrun import add_dry_run
 from r2med.cli.flags import add, given
 
 
@@ -25,8 +27,9 @@ def flag_sets() -> list:
 
 
 def cmd_rerank(args: argparse.Namespace) -> int:
+    from r2med.cli.dryrun import command_of, show_plan
     from r2med.config import PipelineSpec, RerankSpec
-    from r2med.pipeline import run_pipeline
+    from r2med.planning import execute, plan
     from r2med.rerankers.registry import options_for
     from r2med.stages import summarise
     from r2med.store.results import SystemPath
@@ -38,8 +41,11 @@ def cmd_rerank(args: argparse.Namespace) -> int:
     spec = PipelineSpec(first_stage=args.run, first_stage_system=args.system, reranker=rerank,
                         datasets=tuple(args.tasks) if args.tasks else None, data_dir=args.data_dir, output=args.output,
                         cache=not args.no_cache)
-    stages = run_pipeline(spec, progress=not (args.quiet or args.json), resume=not args.force,
-                          on_result=progress_printer(args))
+    planned = plan(spec, resume=not args.force, command=command_of(args))
+    if args.dry_run:
+        return show_plan(planned, as_json=args.json, title="r2med rerank: the plan (nothing was loaded or contacted)")
+    stages = execute(planned, progress=not (args.quiet or args.json), resume=not args.force,
+                     on_result=progress_printer(args))
     system, results = next(iter(stages.items()))
     table = summarise(results)
     if args.json:
@@ -75,5 +81,6 @@ def register(subparsers: argparse._SubParsersAction, common_parent: argparse.Arg
     add(rr, flag_sets())
     add_recompute_options(rr, caches="reranker scores and LLM responses")
     rr.add_argument("--json", action="store_true", help='print {"<Dataset>": {...}, ..., "average": {...}}')
+    add_dry_run(rr)
     rr.set_defaults(func=cmd_rerank)
     return rr

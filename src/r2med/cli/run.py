@@ -1,7 +1,7 @@
 """``r2med run``: a retriever (with expansions, a reranker) or a pipeline over datasets; results in the official layout.
 
-Thin: builds a ``PipelineSpec`` from ``--config FILE`` or the flags, calls ``run_pipeline`` and prints the table
-(one retriever: its nDCG@10 and R@100; a pipeline: every stage's nDCG@10 side by side).
+Thin: builds a ``PipelineSpec`` from ``--config FILE`` or the flags, plans it (``r2med.planning.plan``; ``--dry-run``
+prints the plan), executes it and prints the table (one retriever: its nDCG@10 and R@100; a pipeline: every stage's nDCG@10 side by side).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from pathlib import Path
 
 from r2med.cli.args import add_recompute_options, emit_json, pct, progress_printer, result_table
 from r2med.cli.args import csv_list as _csv
+from r2med.cli.dryrun import add_dry_run
 from r2med.cli.flags import add, given
 from r2med.errors import UsageError
 
@@ -100,14 +101,18 @@ def _fusion(text: str | None):
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from r2med.pipeline import run_pipeline
+    from r2med.cli.dryrun import command_of, show_plan
+    from r2med.planning import execute, plan
     from r2med.reporting.tables import markdown_table
     from r2med.stages import summarise
     from r2med.store.results import SystemPath
 
     spec, pipeline = build_spec(args), _is_pipeline(args)
-    stages = run_pipeline(spec, progress=not (args.quiet or args.json), resume=not args.force,
-                          on_result=progress_printer(args, systems=pipeline, policy=spec.answer_policy))
+    planned = plan(spec, resume=not args.force, command=command_of(args))
+    if args.dry_run:
+        return show_plan(planned, as_json=args.json, title="r2med run: the plan (nothing was loaded or contacted)")
+    stages = execute(planned, progress=not (args.quiet or args.json), resume=not args.force,
+                     on_result=progress_printer(args, systems=pipeline, policy=spec.answer_policy))
     tables = {system: summarise(results) for system, results in stages.items()}
     if pipeline:
         if args.json:
@@ -185,4 +190,5 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     add(rn, flag_sets())
     add_recompute_options(rn, caches="indexes, embeddings and reranker scores")
     rn.add_argument("--json", action="store_true", help='print {"<Dataset>": {...}, ..., "average": {...}}')
+    add_dry_run(rn)
     rn.set_defaults(func=cmd_run)

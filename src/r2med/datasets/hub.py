@@ -47,6 +47,11 @@ def _how_to_get(spec: DatasetSpec, settings: Settings) -> str:
     )
 
 
+def offline_error(spec: DatasetSpec, settings: Settings) -> MissingResourceError:
+    """What a dataset not in the cache is while ``HF_HUB_OFFLINE`` is set (exit 4): how to get it."""
+    return MissingResourceError(f"{ENV_HF_OFFLINE} is set, so nothing can be downloaded. {_how_to_get(spec, settings)}")
+
+
 def download(spec: DatasetSpec, settings: Settings, *, force: bool = False) -> Path:
     """Fetch ``spec``'s three files at the pinned revision (no-op when cached); returns the directory.
 
@@ -57,7 +62,7 @@ def download(spec: DatasetSpec, settings: Settings, *, force: bool = False) -> P
     if is_cached(spec, settings) and not force:
         return folder
     if settings.hf_offline:
-        raise MissingResourceError(f"{ENV_HF_OFFLINE} is set, so nothing can be downloaded. {_how_to_get(spec, settings)}")
+        raise offline_error(spec, settings)
     require_hub(f"download {spec.name}", OFFLINE_WAY)
     folder.mkdir(parents=True, exist_ok=True)
     digests = {}

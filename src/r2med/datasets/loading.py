@@ -178,6 +178,13 @@ def dataset_loaders(
     Loading late lets a bad dataset fail after the earlier ones were done; with ``keep`` a dataset read once
     stays in memory for the next stage of a pipeline.
     """
+    return loaders_for(locate(names, data_dir=data_dir, settings=settings), settings=settings, keep=keep)
+
+
+def loaders_for(
+    located: list[tuple[str, Path | None]], *, settings: Settings | None = None, keep: bool = False
+) -> list[tuple[str, Callable[[], Dataset]]]:
+    """``(name, loader)`` for datasets :func:`locate` found (``r2med.planning`` locates them before any work)."""
     loaded: dict[str, Dataset] = {}
 
     def loader(name: str, path: Path | None) -> Callable[[], Dataset]:
@@ -190,4 +197,4 @@ def dataset_loaders(
             return dataset
         return load
 
-    return [(name, loader(name, path)) for name, path in locate(names, data_dir=data_dir, settings=settings)]
+    return [(name, loader(name, path)) for name, path in located]

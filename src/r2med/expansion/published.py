@@ -148,11 +148,30 @@ def hub_expansions(dataset: str, settings: Settings | None = None) -> list[tuple
 
 
 def _candidates(dataset: Dataset, method: str, llm: str, settings: Settings) -> list[Path]:
+    return expansion_places(dataset.name, dataset.source, method, llm, settings)
+
+
+def expansion_places(name: str, source: str | Path | None, method: str, llm: str, settings: Settings) -> list[Path]:
+    """Where the expansion file of ``method``/``llm`` for the dataset ``name`` (in the directory ``source``, if any)
+    is looked for, in order, before the hub (known from names alone: ``r2med.planning`` checks them before any work)."""
     places = []
-    if dataset.source:
-        places.append(Path(dataset.source) / method / llm / EXPANSION_FILE)
-    places.append(expansion_dir(settings, dataset.name, method, llm) / EXPANSION_FILE)
+    if source:
+        places.append(Path(source) / method / llm / EXPANSION_FILE)
+    places.append(expansion_dir(settings, name, method, llm) / EXPANSION_FILE)
     return places
+
+
+def missing_expansions(name: str, places: list[Path], method: str, llm: str, hub_problem: str = "") -> MissingResourceError:
+    """The error for no ``method``/``llm`` expansions of ``name`` in ``places``: every place searched, what is
+    available there and how to make them."""
+    available = sorted({f"{m}/{n}" for root in {p.parents[2] for p in places} for m, n, _ in local_expansions(root)})
+    return MissingResourceError(
+        f"no {method}/{llm} expansions for {name}: looked for "
+        + ", ".join(str(p) for p in places)
+        + f". Available here: {', '.join(available) or 'none'}. Generate them with "
+        f"'r2med expand --method {method} --llm-name {llm} --llm-model MODEL --base-url URL --tasks {name}'"
+        f", or put the file in one of those places.{hub_problem}"
+    )
 
 
 def find_expansions(dataset: Dataset, method: str, llm: str, *, settings: Settings | None = None) -> Path:
@@ -180,14 +199,7 @@ def find_expansions(dataset: Dataset, method: str, llm: str, *, settings: Settin
             hub_problem = f" The hub copy could not be fetched either: {exc}"
     else:
         hub_problem = ""
-    available = sorted({f"{m}/{n}" for root in {p.parents[2] for p in places} for m, n, _ in local_expansions(root)})
-    raise MissingResourceError(
-        f"no {method}/{llm} expansions for {dataset.name}: looked for "
-        + ", ".join(str(p) for p in places)
-        + f". Available here: {', '.join(available) or 'none'}. Generate them with "
-        f"'r2med expand --method {method} --llm-name {llm} --llm-model MODEL --base-url URL --tasks {dataset.name}'"
-        f", or put the file in one of those places.{hub_problem}"
-    )
+    raise missing_expansions(dataset.name, places, method, llm, hub_problem)
 
 
 def load_expansions(dataset: Dataset, method: str, llm: str, *, settings: Settings | None = None) -> Expansions:

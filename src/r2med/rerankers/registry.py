@@ -345,6 +345,21 @@ def reranker_needs(name: str) -> tuple[Need, ...]:
     return KINDS[spec.kind].needs(spec)
 
 
+def reranker_system(name: str, options: Any = None) -> str:
+    """The results folder of the reranker ``name`` with ``options`` (what the built reranker's ``name`` is), known
+    without building it: ``listwise-<LLM name>`` for the listwise reranker, else the registry's folder.
+
+    >>> reranker_system("mono"), reranker_system("listwise", {"llm_model": "Qwen/Qwen3-8B"})
+    ('monobert', 'listwise-Qwen__Qwen3-8B')
+    """
+    spec = resolve_reranker(name)
+    if spec.kind != "listwise":
+        return spec.folder
+    if options is None or isinstance(options, Mapping):
+        options = options_for(name, options)
+    return listwise_name(spec, options)
+
+
 def option_classes() -> tuple[type, ...]:
     """Every reranker options class (each once): what ``r2med rerank`` offers as flags."""
     return tuple(dict.fromkeys(kind.options for kind in KINDS.values()))
