@@ -124,6 +124,11 @@ def test_the_dry_run_says_which_server_and_refuses_an_endpoint_no_stage_takes(cl
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     none = cli("reproduce", ROW, "--dry-run")
     assert none.code == 0 and "  LLM server: none given: pass --base-url URL" in none.out.splitlines()
+    given = cli("reproduce", ROW, "--dry-run", "--base-url", "http://gpu-box:8000/v1").out.splitlines()
+    # the command that runs the plan, as every dry run prints it (issue 37: reproduce's listed needs, not the command)
+    assert given[-2:] == ["    - Hugging Face hub access (liuwenhan/reasonrank-32B's tokenizer (or --tokenizer DIR))",
+                          f"  command: r2med reproduce {ROW} --base-url http://gpu-box:8000/v1"]
+    assert "  LLM server: http://gpu-box:8000/v1 (--base-url)" in given
     monkeypatch.setenv("OPENAI_BASE_URL", "http://user:secret@gpu:8000/v1")
     from_env = cli("reproduce", ROW, "--dry-run", "--json")
     assert from_env.code == 0 and from_env.json()["llm_server"] == "http://gpu:8000/v1 ($OPENAI_BASE_URL)"

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 from pathlib import Path
 
 from r2med.cli.args import add_recompute_options, emit_json, progress_printer
@@ -77,11 +78,14 @@ def _list(args: argparse.Namespace) -> int:
 
 def _dry_run(args: argparse.Namespace, endpoint: dict) -> int:
     """The plan, the LLM server it would call, and what it needs; nothing loaded, nothing contacted."""
+    from r2med.cli.dryrun import command_of
     from r2med.reproduction import check_endpoint, llm_server, plan_for
 
     plan = plan_for(args.system, first_stage=args.first_stage)
     check_endpoint(plan, endpoint)
-    data = {**plan.to_json(), "llm_server": llm_server(plan, endpoint.get("base_url"))}
+    command = command_of(args)  # the one given, without --dry-run (the printer of every other command's plan too)
+    data = {**plan.to_json(), "llm_server": llm_server(plan, endpoint.get("base_url")),
+            "command": shlex.join(["r2med", *command]) if command else None}
     if args.json:
         emit_json(data)
     else:

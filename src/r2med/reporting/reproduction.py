@@ -73,7 +73,7 @@ def comparison_text(done: Reproduction) -> str:
 
 def plan_text(data: Mapping[str, Any], needs: Sequence[str], server: str | None = None) -> str:
     """One plan (``Plan.to_json()``) and the text of each need; ``server``: the LLM server it would call (a row
-    that calls none: None)."""
+    that calls none: None); ``data["command"]``, where given: the command line that runs it."""
     board = data["leaderboard"]
     lines = [f"{data['system']}: what r2med would run (nothing is loaded)"]
     if board:
@@ -97,6 +97,8 @@ def plan_text(data: Mapping[str, Any], needs: Sequence[str], server: str | None 
         lines.append(f"  LLM server: {server}")
     lines.append("  needs:")
     lines.extend(f"    - {text}" for text in needs)
+    if data.get("command"):
+        lines.append(f"  command: {data['command']}")
     return "\n".join(lines)
 
 
