@@ -14,6 +14,10 @@ REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data"
 SHARED = REPO.parent / "shared"
 
+#: tests/plan_spy/sitecustomize.py is put first on a dry-run subprocess's PYTHONPATH and blocks its sockets and
+#: dataset files; ``--doctest-modules`` must never import it into the test process itself.
+collect_ignore = ["plan_spy"]
+
 
 def shared_path(*parts: str) -> Path:
     """A path under ../shared; skips the test when the shared folder is not beside the checkout."""

@@ -272,3 +272,32 @@ def test_hub_datasets_not_downloaded_are_a_need_online_and_a_problem_offline(tmp
     plan = online.json()
     assert plan["datasets"] == [{"name": "Biology", "directory": None, "source": "hub"}]
     assert plan["needs"] == [{"kind": "hub", "detail": "dataset Biology (downloaded once, at its pinned revision)"}]
+
+
+def test_the_spy_never_arms_itself_in_the_test_process():
+    """``--doctest-modules`` once imported tests/plan_spy into pytest itself: every later test found its sockets and
+    dataset files blocked (551 failures in CI). The spy is not collected, and imported without R2MED_SPY_OUT it
+    changes nothing."""
+    import builtins
+    import importlib.util
+    import io
+    import socket
+
+    assert not any("plan_spy" in str(getattr(m, "__file__", None)) for m in list(sys.modules.values()))
+    before = (builtins.open, io.open, socket.socket.connect, socket.create_connection)
+    spec = importlib.util.spec_from_file_location("plan_spy_probe", SPY / "sitecustomize.py")
+    module = importlib.util.module_from_spec(spec)
+    env = os.environ.pop("R2MED_SPY_OUT", None)
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        if env is not None:
+            os.environ["R2MED_SPY_OUT"] = env
+    assert (builtins.open, io.open, socket.socket.connect, socket.create_connection) == before
+    probe = ("import json, sys, pytest; pytest.main(['--collect-only', '-q', '-p', 'no:cacheprovider', sys.argv[1]]); "
+             "print(json.dumps(sorted(str(getattr(m, '__file__', None)) for m in list(sys.modules.values()) "
+             "if 'plan_spy' in str(getattr(m, '__file__', None)))))")
+    collected = subprocess.run([sys.executable, "-c", probe, str(SPY.parent)], cwd=REPO, capture_output=True, text=True,
+                               timeout=300)
+    assert collected.returncode == 0, collected.stderr
+    assert json.loads(collected.stdout.strip().splitlines()[-1]) == []  # pytest imported nothing from plan_spy
