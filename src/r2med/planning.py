@@ -14,12 +14,15 @@ first). Nothing is read beyond file names and stored manifests, nothing loaded, 
 (``r2med.stages.run_stage``); ``r2med.pipeline.run_pipeline(spec)`` is ``execute(plan(spec))``. A plan describes
 itself as JSON (:meth:`Plan.to_json`) and as text (:func:`describe`): what ``--dry-run`` prints.
 
+>>> from importlib import resources
 >>> from pathlib import Path
 >>> from r2med.config import PipelineSpec
 >>> from r2med.retrievers.registry import RetrieverSpec
->>> p = plan(PipelineSpec(retrievers=(RetrieverSpec("bm25"),), datasets=("Biology",), output=Path("results")))
->>> [(s.role, s.where) for s in p.stages], p.datasets
-([('retrieve', 'base retriever/bm25')], (('Biology', None),))
+>>> shipped = Path(str(resources.files("r2med").joinpath("data", "sample")))  # the sample r2med ships
+>>> p = plan(PipelineSpec(retrievers=(RetrieverSpec("bm25"),), datasets=("scifact-sample",), data_dir=shipped,
+...                       output=Path("results")))
+>>> [(s.role, s.where) for s in p.stages], [name for name, _ in p.datasets]
+([('retrieve', 'base retriever/bm25')], ['scifact-sample'])
 """
 
 from __future__ import annotations
