@@ -41,6 +41,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
 from r2med.errors import InvalidInputError, UsageError
+from r2med.numbers import NumberError, parse_decimal, parse_integer
 
 _META = "r2med.option"
 #: the word that sends no value for an option declared with ``none_word=True`` (a server's default sampling)
@@ -147,19 +148,20 @@ class Option:
         try:
             if get_origin(base) is list:
                 (item,) = get_args(base)
-                value: Any = [item(part) for part in _csv(text)]
+                value: Any = [read_number(part, item) if item in (int, float) else item(part) for part in _csv(text)]
             elif base is bool:
                 if text.strip().lower() not in ("true", "false", "1", "0", "yes", "no"):
                     raise ValueError
                 value = text.strip().lower() in ("true", "1", "yes")
-            elif base in (int, float, str):
-                value = base(text)
+            elif base in (int, float):
+                value = read_number(text, base)
             else:
                 value = text
-        except ValueError:
+        except ValueError as exc:
             extra = f" or {NONE_WORD!r}" if self.none_word else ""
             word = "comma-separated numbers" if get_origin(base) is list else _WORDS.get(base, ("a value",))[0]
-            raise ValueError(f"expected {word}{extra}, got {text!r}") from None
+            why = f" ({exc.hint})" if getattr(exc, "hint", "") else ""
+            raise ValueError(f"expected {word}{extra}, got {text!r}{why}") from None
         try:
             return self.check(value, "", self.name)
         except InvalidInputError as exc:
@@ -169,6 +171,34 @@ class Option:
 _WORDS: dict[Any, tuple[str, str]] = {bool: ("true or false", "true or false"), int: ("a whole number", "integer"),
                                       float: ("a number", "number"), str: ("a string", "string"),
                                       list: ("comma-separated values", "list")}
+
+
+def read_number(text: str, kind: type[int] | type[float] = float) -> Any:
+    """``text`` typed on the command line or inline (``bm25:k1=0.9``) as a number, in the grammar files are read in
+    (``r2med.numbers``: what C's ``strtod``/``strtol`` read whole, ASCII only), never Python's, by which ``float``
+    reads ``0_9`` as 9.0 and ``int`` reads Arabic-Indic ``١٢`` as 12. A float must be finite. ValueError (a
+    ``NumberError``, whose ``hint`` says what is wrong and what to write) otherwise.
+
+    >>> read_number("0.9"), read_number(" 12 ", int), read_number("1e-3"), read_number("+3", int)
+    (0.9, 12, 0.001, 3)
+    >>> def hint(text, kind=float):
+    ...     try:
+    ...         read_number(text, kind)
+    ...     except NumberError as exc:
+    ...         return exc.hint
+    >>> hint("0_9")
+    "it holds '_'; write ASCII digits with an optional sign, '.' and exponent, e.g. 0.9, -12, 1.5e-3"
+    >>> hint("١٢", int)
+    "it holds the non-ASCII character '١' (U+0661); write ASCII digits with an optional sign, e.g. 0, 1, 2"
+    >>> hint("nan"), hint("1e999")
+    ('it is not finite; write a finite number, e.g. 0.9', 'it is not finite; write a finite number, e.g. 0.9')
+    """
+    if kind is int:
+        return parse_integer(text)
+    value = parse_decimal(text)
+    if not math.isfinite(value):
+        raise NumberError(f"{text!r:.60} is not a finite number", "it is not finite; write a finite number, e.g. 0.9")
+    return value
 
 
 def _is_union(kind: Any) -> bool:

@@ -1,4 +1,4 @@
-"""The one number grammar (r2med.io.numbers) against its reference, C strtod/strtol, and in every file reader.
+"""The one number grammar (r2med.numbers) against its reference, C strtod/strtol, and in every file reader.
 
 Finding 2 of issue 35: a run score ``0_9`` or ``١٢`` (Arabic-Indic digits) was read by Python's float() as 9.0 or
 12.0 (exit 0) where trec_eval's atof reads neither.
@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from r2med.cli import main
 from r2med.errors import InvalidInputError
-from r2med.io.numbers import NumberError, parse_decimal, parse_integer, parse_score
+from r2med.numbers import NumberError, parse_decimal, parse_integer, parse_score
 from r2med.io.problems import Problems
 from r2med.io.readers import coerce_relevance
 from r2med.store.runs import read_run

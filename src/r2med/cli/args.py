@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from r2med.options import read_number
+
 
 def csv_list(text: str) -> list[str]:
     """``"a, b,,c"`` -> ``["a", "b", "c"]``.
@@ -20,13 +22,30 @@ def positive_int(text: str) -> int:
     >>> positive_int("3")
     3
     """
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    value = whole_number(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected at least 1, got {value}")
     return value
+
+
+def number_type(kind: type, word: str):
+    """An argparse type reading ``word`` ("a port number") with :func:`r2med.options.read_number`."""
+
+    def convert(text: str):
+        try:
+            return read_number(text, kind)
+        except ValueError as exc:  # r2med.numbers.NumberError: its hint says what is wrong and what to write
+            why = f" ({exc.hint})" if getattr(exc, "hint", "") else ""
+            raise argparse.ArgumentTypeError(f"expected {word}, got {text!r}{why}") from None
+
+    convert.__name__ = word  # argparse names the type in its "invalid ... value" message
+    return convert
+
+
+#: argparse types for numbers typed on the command line, in the grammar of files (``r2med.options.read_number``):
+#: ``--seed 1_0`` or full-width digits are an error, not 10
+whole_number = number_type(int, "a whole number")
+number = number_type(float, "a number")
 
 
 def pct(value: float) -> str:
@@ -43,7 +62,7 @@ def int_list(text: str) -> list[int]:
     [1, 10, 100]
     """
     try:
-        return [int(part) for part in csv_list(text)]
+        return [read_number(part, int) for part in csv_list(text)]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
 

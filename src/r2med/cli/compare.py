@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from r2med.cli.args import csv_list, hidden_alias
+from r2med.cli.args import csv_list, hidden_alias, number, whole_number
 from r2med.cli.leaderboard import add_command_parser, add_format_options, emit, output_format
 from r2med.errors import UsageError
 
@@ -57,9 +57,9 @@ def register(subparsers, common_parent: argparse.ArgumentParser | None = None) -
                              "dataset either system has)")
     hidden_alias(parser, "--datasets", "--tasks")  # one name for the datasets in every command (issue 38)
     parser.add_argument("--metric", default="ndcg_at_10", help="official key (default ndcg_at_10)")
-    parser.add_argument("--n-resamples", type=int, default=10000, help="permutations and bootstrap resamples (default 10000)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random generator (default 0)")
-    parser.add_argument("--confidence", type=float, default=0.95, help="confidence level of the interval (default 0.95)")
+    parser.add_argument("--n-resamples", type=whole_number, default=10000, help="permutations and bootstrap resamples (default 10000)")
+    parser.add_argument("--seed", type=whole_number, default=0, help="seed of the random generator (default 0)")
+    parser.add_argument("--confidence", type=number, default=0.95, help="confidence level of the interval (default 0.95)")
     add_format_options(parser, ["md", "json"])
     parser.add_argument("-o", "--output", type=Path, default=None, help="write to this file instead of stdout")
     parser.add_argument("--plot", type=Path, default=None, metavar="FILE",

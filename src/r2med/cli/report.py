@@ -9,7 +9,7 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from r2med.cli.args import csv_list, emit_json, hidden_alias
+from r2med.cli.args import csv_list, emit_json, hidden_alias, whole_number
 from r2med.cli.leaderboard import add_command_parser
 from r2med.errors import UsageError
 
@@ -119,14 +119,14 @@ def register(subparsers, common_parent: argparse.ArgumentParser | None = None) -
     parser.add_argument("--data-dir", type=Path, default=None,
                         help="dataset directories for query/document texts and judgements (default: the directory each "
                              "result's manifest records, checked against its file hashes, else the hub cache)")
-    parser.add_argument("--top", type=int, default=10, help="documents shown per query (default 10)")
-    parser.add_argument("--max-doc-chars", type=int, default=400, help="characters of each document shown (default 400)")
-    parser.add_argument("--max-queries", type=int, default=None, help="queries shown per dataset (default all)")
-    parser.add_argument("--inline-queries", type=int, default=INLINE_QUERIES, metavar="N",
+    parser.add_argument("--top", type=whole_number, default=10, help="documents shown per query (default 10)")
+    parser.add_argument("--max-doc-chars", type=whole_number, default=400, help="characters of each document shown (default 400)")
+    parser.add_argument("--max-queries", type=whole_number, default=None, help="queries shown per dataset (default all)")
+    parser.add_argument("--inline-queries", type=whole_number, default=INLINE_QUERIES, metavar="N",
                         help=f"a drill-down of more queries than N goes to one page per dataset in <report>_files/, "
                              f"its index (values, links) staying in the report (default {INLINE_QUERIES}; 0: always)")
-    parser.add_argument("--n-resamples", type=int, default=10000, help="permutations and bootstrap resamples (default 10000)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random generator (default 0)")
+    parser.add_argument("--n-resamples", type=whole_number, default=10000, help="permutations and bootstrap resamples (default 10000)")
+    parser.add_argument("--seed", type=whole_number, default=0, help="seed of the random generator (default 0)")
     parser.add_argument("--json", action="store_true",
                         help="print a JSON summary (the page written, systems, datasets, warnings) instead of its path")
     parser.set_defaults(func=cmd_report)

@@ -7,7 +7,7 @@ import argparse
 import shlex
 from pathlib import Path
 
-from r2med.cli.args import add_recompute_options, emit_json, progress_printer
+from r2med.cli.args import add_recompute_options, emit_json, number, progress_printer, whole_number
 from r2med.cli.args import csv_list as _csv
 from r2med.cli.flags import add
 from r2med.errors import MissingResourceError, UsageError
@@ -115,12 +115,12 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     rp.add_argument("--data-dir", type=Path, default=None, help="one dataset directory or a directory of them (default: the hub)")
     rp.add_argument("--output", type=Path, default=Path("results"), help="results directory (default ./results)")
     rp.add_argument("--metric", default="ndcg_at_10", help="metric compared (default ndcg_at_10)")
-    rp.add_argument("--tolerance", type=float, default=0.0001,
+    rp.add_argument("--tolerance", type=number, default=0.0001,
                     help="largest accepted |ours - paper| on the 0-1 scale (default 0.0001 = 0.01 points)")
     rp.add_argument("--reference", type=Path, default=None,
                     help='JSON of reference values {"<Dataset>": {"ndcg_at_10": ...}} instead of the paper\'s')
     rp.add_argument("--device", default=None, help="dense: cpu, cuda, cuda:N or mps")
-    rp.add_argument("--batch-size", type=int, default=None, help="dense: encoding batch size")
+    rp.add_argument("--batch-size", type=whole_number, default=None, help="dense: encoding batch size")
     add(rp, flag_sets())
     add_recompute_options(rp)
     rp.add_argument("--json", action="store_true")

@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from r2med.cli.args import positive_int
+from r2med.cli.args import number_type, positive_int
 
 #: the defaults of r2med.agent.server (not imported here: ``r2med --help`` imports no HTTP server)
 DEFAULT_HOST, DEFAULT_PORT, DEFAULT_TOP_K = "127.0.0.1", 8000, 3
@@ -20,10 +20,7 @@ MAX_RESPONSE, BODY_TIMEOUT, MAX_SEARCHES, MAX_CONNECTIONS = 32 << 20, 30.0, 4, 5
 
 def _seconds(text: str) -> float:
     """A number of seconds above 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    value = number_type(float, "a number of seconds")(text)
     if not 0 < value < float("inf"):
         raise argparse.ArgumentTypeError(f"expected a number of seconds above 0, got {text}")
     return value
@@ -31,10 +28,7 @@ def _seconds(text: str) -> float:
 
 def _port(text: str) -> int:
     """A TCP port, 0 (any free one) to 65535."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    value = number_type(int, "a port number")(text)
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"expected 0..65535 (0: any free port), got {value}")
     return value

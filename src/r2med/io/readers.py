@@ -16,7 +16,7 @@ from typing import Any
 from r2med.errors import MissingResourceError
 from r2med.io.ids import check_id
 from r2med.io.jsonsafe import JSONLimitError, loads
-from r2med.io.numbers import NumberError, parse_integer
+from r2med.numbers import NumberError, parse_integer
 from r2med.io.problems import Problems
 
 
@@ -50,7 +50,7 @@ RELEVANCE_LIMIT = 2**31
 
 def coerce_relevance(value: Any, *, path: str, line: int, problems: Problems) -> int | None:
     """A relevance grade as an int, within 32 bits; text in trec_eval's grammar (it reads a grade with C ``atol``:
-    :func:`r2med.io.numbers.parse_integer`, ASCII digits only, so ``1_0`` or ``١``, which ``int()`` reads, are refused).
+    :func:`r2med.numbers.parse_integer`, ASCII digits only, so ``1_0`` or ``١``, which ``int()`` reads, are refused).
 
     >>> p = Problems()
     >>> coerce_relevance("2", path="q", line=1, problems=p), coerce_relevance(1.0, path="q", line=2, problems=p)

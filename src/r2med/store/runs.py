@@ -12,14 +12,14 @@ from typing import IO
 from r2med.errors import InvalidInputError, MissingResourceError, UsageError
 from r2med.io.atomic import write_atomic
 from r2med.io.ids import check_id, id_problem
-from r2med.io.numbers import NumberError, check_finite, parse_score
+from r2med.numbers import NumberError, check_finite, parse_score
 from r2med.io.problems import Problems
 from r2med.io.readers import HashingLines, coerce_id, iter_jsonl
 from r2med.types import Run
 
 
 def _score(value: object, *, path: str, line: int, problems: Problems) -> float | None:
-    """A finite score: a JSON number, or text in trec_eval's grammar (:func:`r2med.io.numbers.parse_score`)."""
+    """A finite score: a JSON number, or text in trec_eval's grammar (:func:`r2med.numbers.parse_score`)."""
     try:
         if isinstance(value, str):
             return parse_score(value)
@@ -98,7 +98,7 @@ def read_run(path: Path) -> Run:
     """Read a TREC run or a top-k JSONL (detected from the content); InvalidInputError lists every bad line.
 
     Every id passes the id rule (:mod:`r2med.io.ids`) and every score must be a finite number (NaN and
-    infinity are rejected with file:line) written as trec_eval reads it (:mod:`r2med.io.numbers`: C ``strtod``'s
+    infinity are rejected with file:line) written as trec_eval reads it (:mod:`r2med.numbers`: C ``strtod``'s
     grammar, ASCII only, so ``0_9`` or Arabic-Indic digits, which Python's ``float()`` reads, are refused). The rank column of a TREC run is not used: the ranking is the
     scores' (:meth:`Run.ranked`), as trec_eval reads it.
     """

@@ -1,4 +1,4 @@
-"""The one grammar of numbers read from files: the reference tool's, never Python's.
+"""The one grammar of numbers read from files and typed by users: the reference tool's, never Python's.
 
 trec_eval reads a run's score with C ``atof`` (``strtod``) and a qrels grade with ``atol``. Python's ``float()`` and
 ``int()`` read more: ``float("0_9")`` is 9.0, ``float("١٢")`` (Arabic-Indic digits) is 12.0, ``int("1_0")`` is 10,
@@ -55,10 +55,10 @@ def parse_decimal(text: str) -> float:
     (inf, -inf, inf)
     >>> parse_decimal("0_9")
     Traceback (most recent call last):
-    r2med.io.numbers.NumberError: '0_9' is not a number trec_eval reads (it holds '_'; write ASCII digits with an optional sign, '.' and exponent, e.g. 0.9, -12, 1.5e-3)
+    r2med.numbers.NumberError: '0_9' is not a number trec_eval reads (it holds '_'; write ASCII digits with an optional sign, '.' and exponent, e.g. 0.9, -12, 1.5e-3)
     >>> parse_decimal("١٢")
     Traceback (most recent call last):
-    r2med.io.numbers.NumberError: '١٢' is not a number trec_eval reads (it holds the non-ASCII character '١' (U+0661); write ASCII digits with an optional sign, '.' and exponent, e.g. 0.9, -12, 1.5e-3)
+    r2med.numbers.NumberError: '١٢' is not a number trec_eval reads (it holds the non-ASCII character '١' (U+0661); write ASCII digits with an optional sign, '.' and exponent, e.g. 0.9, -12, 1.5e-3)
     """
     match = _DECIMAL.fullmatch(text)
     if match is None:
@@ -82,10 +82,10 @@ def parse_score(text: str) -> float:
     12.5
     >>> parse_score("nan")
     Traceback (most recent call last):
-    r2med.io.numbers.NumberError: 'nan' is NaN; every score must be a finite number (fix or drop the line)
+    r2med.numbers.NumberError: 'nan' is NaN; every score must be a finite number (fix or drop the line)
     >>> parse_score("1e999")
     Traceback (most recent call last):
-    r2med.io.numbers.NumberError: '1e999' is infinite; every score must be a finite number (normalisation and fusion of an infinite score give NaN): fix or drop the line (past the largest double, 1.8e308)
+    r2med.numbers.NumberError: '1e999' is infinite; every score must be a finite number (normalisation and fusion of an infinite score give NaN): fix or drop the line (past the largest double, 1.8e308)
     """
     value = parse_decimal(text)
     return check_finite(value, text)
@@ -109,7 +109,7 @@ def parse_integer(text: str) -> int:
     (2, -1, 0)
     >>> parse_integer("1_0")
     Traceback (most recent call last):
-    r2med.io.numbers.NumberError: '1_0' is not an integer trec_eval reads (it holds '_'; write ASCII digits with an optional sign, e.g. 0, 1, 2)
+    r2med.numbers.NumberError: '1_0' is not an integer trec_eval reads (it holds '_'; write ASCII digits with an optional sign, e.g. 0, 1, 2)
     """
     if _INTEGER.fullmatch(text) is None:
         hint = f"{_why(text)}write {GRADE_FORM}"
