@@ -53,4 +53,5 @@ def test_the_flag_refuses_a_nan_weight_before_any_work(capsys):
     code = main(["run", "--retriever", "bm25", "--retriever", "bm25-lucene", "--fuse", "rrf:weights=nan,1",
                  "--tasks", "scifact"])
     assert code == 2
-    assert "--fuse rrf:weights=nan,1: weights=nan,1: must be a list of finite numbers, got [nan, 1.0]" in capsys.readouterr().err
+    assert ("--fuse rrf:weights=nan,1: weights=nan,1: expected comma-separated numbers, got 'nan,1' "
+            "('nan': it is not finite; write a finite number, e.g. 0.9)") in capsys.readouterr().err

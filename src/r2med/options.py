@@ -148,7 +148,7 @@ class Option:
         try:
             if get_origin(base) is list:
                 (item,) = get_args(base)
-                value: Any = [read_number(part, item) if item in (int, float) else item(part) for part in _csv(text)]
+                value: Any = [_list_item(part, item) for part in _csv(text)]
             elif base is bool:
                 if text.strip().lower() not in ("true", "false", "1", "0", "yes", "no"):
                     raise ValueError
@@ -199,6 +199,16 @@ def read_number(text: str, kind: type[int] | type[float] = float) -> Any:
     if not math.isfinite(value):
         raise NumberError(f"{text!r:.60} is not a finite number", "it is not finite; write a finite number, e.g. 0.9")
     return value
+
+
+def _list_item(part: str, item: type) -> Any:
+    """One item of a comma-separated list: a number as :func:`read_number` reads it (its hint naming the item)."""
+    if item not in (int, float):
+        return item(part)
+    try:
+        return read_number(part, item)
+    except NumberError as exc:
+        raise NumberError(str(exc), f"{part.strip()!r:.60}: {exc.hint}") from None
 
 
 def _is_union(kind: Any) -> bool:

@@ -31,6 +31,8 @@ INT_HINT = "write ASCII digits with an optional sign, e.g. 0, 1, 2"
      f"expected a number, got '\u0661' (it holds the non-ASCII character '\u0661' (U+0661); {FLOAT_HINT})"),
     (["run", "--k1", "\uff10.9"], "(it holds the non-ASCII character '\uff10' (U+FF10);"),
     (["run", "--k1", "nan"], "argument --k1: expected a number, got 'nan' (it is not finite; write a finite number"),
+    (["run", "--retriever", "bm25", "--retriever", "bm25-lucene", "--fuse", "rrf:weights=1,0_5"],
+     "expected comma-separated numbers, got '1,0_5' ('0_5': it holds '_';"),
     (["run", "--top-k", "1_0"], f"argument --top-k: expected a whole number, got '1_0' (it holds '_'; {INT_HINT})"),
     (["compare", "a", "b", "--seed", "1_0"], "argument --seed: expected a whole number, got '1_0'"),
     (["compare", "a", "b", "--confidence", "0_95"], "argument --confidence: expected a number, got '0_95'"),
