@@ -53,6 +53,57 @@ def test_two_unknown_names_and_an_unset_key_variable_in_one_error(sample, tmp_pa
     assert _files(tmp_path / "results") == []
 
 
+def test_values_the_command_line_cannot_read_are_reported_with_every_misnamed_retriever(sample, tmp_path, cli):
+    # before: the first unreadable value stopped the command, hiding the others and the misspelt retriever
+    result = cli("run", "--data-dir", sample, "--retriever", "bm25:k1=0_9", "--retriever", "nosuch", "--retriever",
+                 "bm25-lucene", "--fuse", "rrf:k=x", "--output", tmp_path / "results")
+    assert result.code == 2
+    assert result.err.startswith("r2med: error: 3 problems; nothing was run")
+    lines = [line for line in result.err.splitlines() if line.startswith("  - ")]
+    assert lines[0].startswith("  - --retriever bm25:k1=0_9: k1=0_9: expected a number, got '0_9' (it holds '_'")
+    assert lines[1].startswith("  - --fuse rrf:k=x: k=x: expected a number, got 'x' ")
+    assert lines[2].startswith("  - unknown retriever 'nosuch'. Valid: bm25, ")
+    assert len(lines) == 3 and _files(tmp_path / "results") == []
+
+
+def test_an_unknown_reranker_and_an_unreadable_retriever_option_together(sample, tmp_path, cli):
+    result = cli("run", "--data-dir", sample, "--retriever", "bm25:b=1,5", "--reranker", "zzzz",
+                 "--output", tmp_path / "results")
+    assert result.code == 2
+    lines = [line for line in result.err.splitlines() if line.startswith("  - ")]
+    assert lines[0].startswith("  - unknown reranker 'zzzz'. Valid: bge-reranker-v2-m3, ")
+    assert lines[1].startswith("  - --retriever bm25:b=1,5: ")
+    assert len(lines) == 2 and _files(tmp_path / "results") == []
+
+
+def test_a_pipeline_file_reports_a_mistake_in_each_table_together(tmp_path, cli):
+    # before: the first bad table stopped the file (exit 5), hiding the others
+    path = tmp_path / "pipeline.toml"
+    path.write_text('[pipeline]\ntop_k = "ten"\n[[retriever]]\nname = "nosuch"\n[[retriever]]\nname = "bm25"\n'
+                    'k1 = "abc"\n[expansion]\nspec = "hyde/"\n', encoding="utf-8")
+    result = cli("run", "--config", path, "--output", tmp_path / "results")
+    assert result.code == 5
+    assert result.err.startswith("r2med: error: 5 problems; nothing was run")
+    lines = [line for line in result.err.splitlines() if line.startswith("  - ")]
+    assert [line.split(":", 1)[0] for line in lines] == [
+        f"  - {path} [pipeline]", f"  - {path} [[retriever]] #1", f"  - {path} [[retriever]] #2", f"  - {path}",
+        f"  - {path} [expansion]"]
+    assert "top_k" in lines[0] and "unknown retriever 'nosuch'" in lines[1] and "k1 must be a number" in lines[2]
+    assert lines[3] == f"  - {path}: 2 retrievers need a [fusion] table (e.g. method = \"rrf\")"
+    assert _files(tmp_path / "results") == []
+
+
+def test_a_pipeline_file_with_one_mistake_reports_it_as_it_is(tmp_path):
+    from r2med.config import load_spec
+    from r2med.errors import InvalidInputError
+
+    path = tmp_path / "pipeline.toml"
+    path.write_text('[[retriever]]\nname = "bm25"\nk1 = "abc"\n', encoding="utf-8")
+    with pytest.raises(InvalidInputError) as caught:
+        load_spec(path)
+    assert str(caught.value) == f"{path} [[retriever]] #1: k1 must be a number, got 'abc' (write it without quotes)"
+
+
 def test_plan_error_takes_the_smallest_exit_code_and_lists_each_problem():
     error = PlanError([MissingResourceError("no data"), UsageError("bad name"), MissingExtraError("torch", "dense")])
     assert error.exit_code == 2

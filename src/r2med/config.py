@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from r2med.errors import InvalidInputError, MissingResourceError, UsageError
+from r2med.errors import InvalidInputError, MissingResourceError, Problems, UsageError
 from r2med.expansion.methods import check_composition
 from r2med.expansion.options import ExpansionOptions
 from r2med.io.names import check_name
@@ -249,23 +249,63 @@ def parse_spec(raw: dict[str, Any], *, base: Path, source: str = "pipeline spec"
     """A :class:`PipelineSpec` from the parsed TOML; ``base`` resolves relative paths.
 
     Every value is checked against its declared type (InvalidInputError naming ``source``, the table and the key).
+    Each table is checked even when another one is wrong: several mistakes are reported together, as one
+    ``PlanError`` listing them all (a file's layout, unknown tables or no retriever at all, is reported at once).
     """
     check_keys(raw, {"pipeline", "expansion", "retriever", "fusion", "reranker", "agent"}, source)
     where = f"{source} [pipeline]"
     head = _table(raw, "pipeline", source)
-    pipeline = from_table(PipelineOptions, head, where, ignore=("datasets", "data_dir", "output"))
-    agent = _agent(_table(raw, "agent", source), f"{source} [agent]", base) if "agent" in raw else None
-    retrievers_raw = raw.get("retriever", [] if agent is None else None)
-    if agent is not None and retrievers_raw is not None:
+    has_agent = "agent" in raw
+    retrievers_raw = raw.get("retriever", [] if not has_agent else None)
+    if has_agent and retrievers_raw is not None:
         raise InvalidInputError(f"{source}: an [agent] table is the first stage; remove the [[retriever]] tables")
-    if agent is not None:
+    if has_agent:
         retrievers_raw = []
     elif not isinstance(retrievers_raw, list) or not retrievers_raw:
         raise InvalidInputError(f"{source}: needs at least one [[retriever]] table with a name (e.g. name = \"bm25\")")
-    retrievers = [_retriever(entry, f"{source} [[retriever]] #{i}") for i, entry in enumerate(retrievers_raw, start=1)]
-    fusion = _fusion(_table(raw, "fusion", source), f"{source} [fusion]") if "fusion" in raw else None
-    if len(retrievers) > 1 and fusion is None:
-        raise InvalidInputError(f"{source}: {len(retrievers)} retrievers need a [fusion] table (e.g. method = \"rrf\")")
+    problems = Problems()
+    pipeline = problems.check(lambda: from_table(PipelineOptions, head, where, ignore=("datasets", "data_dir", "output")))
+    name = (problems.check(lambda: _name(pipeline.name, where, "name"))
+            if getattr(pipeline, "name", None) is not None else None)
+    agent = problems.check(lambda: _agent(_table(raw, "agent", source), f"{source} [agent]", base)) if has_agent else None
+    retrievers = [problems.check(lambda entry=entry, i=i: _retriever(entry, f"{source} [[retriever]] #{i}"))
+                  for i, entry in enumerate(retrievers_raw, start=1)]
+    fusion = problems.check(lambda: _fusion(_table(raw, "fusion", source), f"{source} [fusion]")) if "fusion" in raw else None
+    if len(retrievers) > 1 and "fusion" not in raw:
+        problems.add(InvalidInputError(f"{source}: {len(retrievers)} retrievers need a [fusion] table "
+                                       f"(e.g. method = \"rrf\")"))
+    expansion = problems.check(lambda: _expansion(raw, source))
+    reranker = (problems.check(lambda: _rerank_spec(_table(raw, "reranker", source), f"{source} [reranker]"))
+                if "reranker" in raw else None)
+    datasets = head.get("datasets")
+    if isinstance(datasets, str):
+        datasets = [datasets]
+    if datasets is not None and not (isinstance(datasets, list) and all(isinstance(d, str) for d in datasets)):
+        problems.add(InvalidInputError(f"{where}: datasets must be a list of names, got {datasets!r}"))
+    places = {key: problems.check(lambda key=key: _path(head[key], base, f"{where}: {key}"))
+              for key in ("data_dir", "output") if key in head}
+    problems.raise_any()
+    try:
+        return PipelineSpec(
+            retrievers=tuple(retrievers),
+            name=name,
+            datasets=tuple(datasets) if datasets else None,
+            data_dir=places.get("data_dir"),
+            output=places.get("output", Path("results")),
+            top_k=pipeline.top_k,
+            expansion=expansion.spec,
+            answer_policy=expansion.answer_policy,
+            bm25_composition=expansion.bm25_composition,
+            fusion=fusion,
+            reranker=reranker,
+            agent=agent,
+        )
+    except UsageError as exc:  # a rule across tables (e.g. bm25_composition without an expansion spec)
+        raise InvalidInputError(f"{source}: {exc}") from None
+
+
+def _expansion(raw: dict[str, Any], source: str) -> ExpansionOptions:
+    """``[expansion]``: its options, and ``spec`` a method/LLM pair r2med knows."""
     expansion = from_table(ExpansionOptions, _table(raw, "expansion", source), f"{source} [expansion]")
     if expansion.spec is not None:
         from r2med.expansion.published import parse_expansion_spec
@@ -275,32 +315,11 @@ def parse_spec(raw: dict[str, Any], *, base: Path, source: str = "pipeline spec"
         except UsageError as exc:
             raise InvalidInputError(f"{source} [expansion]: spec {expansion.spec!r}: "
                                     f"{str(exc).split(': ', 1)[-1]}") from None
-    datasets = head.get("datasets")
-    if isinstance(datasets, str):
-        datasets = [datasets]
-    if datasets is not None and not (isinstance(datasets, list) and all(isinstance(d, str) for d in datasets)):
-        raise InvalidInputError(f"{where}: datasets must be a list of names, got {datasets!r}")
-    try:
-        return PipelineSpec(
-            retrievers=tuple(retrievers),
-            name=_name(pipeline.name, where, "name") if pipeline.name is not None else None,
-            datasets=tuple(datasets) if datasets else None,
-            data_dir=_path(head["data_dir"], base, f"{where}: data_dir") if "data_dir" in head else None,
-            output=_path(head["output"], base, f"{where}: output") if "output" in head else Path("results"),
-            top_k=pipeline.top_k,
-            expansion=expansion.spec,
-            answer_policy=expansion.answer_policy,
-            bm25_composition=expansion.bm25_composition,
-            fusion=fusion,
-            reranker=_rerank_spec(_table(raw, "reranker", source), f"{source} [reranker]") if "reranker" in raw else None,
-            agent=agent,
-        )
-    except UsageError as exc:  # a rule across tables (e.g. bm25_composition without an expansion spec)
-        raise InvalidInputError(f"{source}: {exc}") from None
+    return expansion
 
 
 def load_spec(path: Path) -> PipelineSpec:
-    """Read a TOML pipeline spec; errors name the file (and line, for TOML syntax errors)."""
+    """Read a TOML pipeline spec; errors name the file (and line, for TOML syntax errors), several as one PlanError."""
     path = Path(path)
     if not path.is_file():
         raise MissingResourceError(f"--config {path}: file not found")

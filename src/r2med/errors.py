@@ -14,13 +14,16 @@ code  class                       meaning
 6     ``ProviderError``           a provider or runtime failure (hub, API, model runtime, another
                                   file-system failure); a results directory another r2med process is
                                   using (``ResultsBusyError``)
-2-6   ``PlanError``               several problems a plan found before any work (``r2med.planning``): the
-                                  smallest exit code among them
+2-6   ``PlanError``               several problems found before any work (a plan's, a pipeline file's, a
+                                  command line's; ``Problems`` collects them): the smallest exit code among them
 130                               interrupted (Ctrl-C or SIGTERM)
 ====  ==========================  =====================================================================
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
 
 
 class R2MedError(Exception):
@@ -111,9 +114,9 @@ class IncompleteResultError(ProviderError):
 
 
 class PlanError(R2MedError):
-    """Several problems a plan found before any work (``r2med.planning``): each is an R2MedError of its own, all
-    listed in one message; the exit code is the smallest of theirs (a usage mistake first, then a missing extra, a
-    missing resource, ...).
+    """Several problems found before any work (``r2med.planning``, a pipeline file, a command line): each is an
+    R2MedError of its own, all listed in one message; the exit code is the smallest of theirs (a usage mistake first,
+    then a missing extra, a missing resource, ...).
     """
 
     def __init__(self, problems: list[R2MedError]) -> None:
@@ -121,3 +124,42 @@ class PlanError(R2MedError):
         self.exit_code = min((p.exit_code for p in self.problems), default=1)
         listed = "\n".join(f"  - {p}" for p in self.problems)
         super().__init__(f"{len(self.problems)} problems; nothing was run (fix them all, then run again):\n{listed}")
+
+
+class Problems:
+    """Problems collected in the order found, so that one error reports them all (a plan's, a pipeline file's, a
+    command line's): :meth:`check` runs a step and keeps its ``R2MedError`` (a ``PlanError``'s each), :meth:`raise_any`
+    raises one as it is and several as one :class:`PlanError`. One mistake found twice is listed once.
+
+    >>> found = Problems()
+    >>> found.check(lambda: int("7")), found.check(lambda: (_ for _ in ()).throw(UsageError("a")), default=0)
+    (7, 0)
+    >>> found.add(InvalidInputError("b")); found.add(UsageError("a"))
+    >>> [str(p) for p in found.found], PlanError(found.found).exit_code
+    (['a', 'b'], 2)
+    """
+
+    def __init__(self) -> None:
+        self.found: list[R2MedError] = []
+
+    def check(self, fn: Callable[[], Any], default: Any = None) -> Any:
+        """``fn()``, or ``default`` when it raised an R2MedError (kept); any other exception propagates."""
+        try:
+            return fn()
+        except PlanError as exc:
+            for problem in exc.problems:
+                self.add(problem)
+        except R2MedError as exc:
+            self.add(exc)
+        return default
+
+    def add(self, exc: R2MedError) -> None:
+        if not any(type(seen) is type(exc) and str(seen) == str(exc) for seen in self.found):
+            self.found.append(exc)
+
+    def raise_any(self) -> None:
+        """Raise what was found: nothing, the one problem, or a PlanError listing them all."""
+        if len(self.found) == 1:
+            raise self.found[0]
+        if self.found:
+            raise PlanError(self.found)

@@ -374,7 +374,7 @@ def values_from_text(classes: Sequence[type], pairs: Mapping[str, str], where: s
     for key, text in pairs.items():
         if key not in keys:
             close = difflib.get_close_matches(key, names, n=1)
-            hint = f"; did you mean {close[0]}?" if close else ""
+            hint = f"; did you mean {close[0]}?" if close else "."
             raise UsageError(f"{where}: unknown option {key!r}{hint} Valid: {', '.join(names) or 'none'}")
         try:
             values[keys[key].name] = keys[key].parse(text)

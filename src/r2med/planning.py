@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from r2med.config import PipelineSpec, RerankSpec
-from r2med.errors import MissingExtraError, MissingResourceError, PlanError, R2MedError, UsageError
+from r2med.errors import MissingExtraError, MissingResourceError, Problems, R2MedError, UsageError
 from r2med.needs import Need, merged
 from r2med.options import Runtime, key_of
 from r2med.settings import Settings, get_settings
@@ -147,33 +147,6 @@ class Plan:
         }
 
 
-class _Problems:
-    """The problems a plan finds, each an R2MedError, collected in the order found."""
-
-    def __init__(self) -> None:
-        self.found: list[R2MedError] = []
-
-    def check(self, fn: Callable[[], Any], default: Any = None) -> Any:
-        try:
-            return fn()
-        except PlanError as exc:
-            for problem in exc.problems:
-                self.add(problem)
-        except R2MedError as exc:
-            self.add(exc)
-        return default
-
-    def add(self, exc: R2MedError) -> None:
-        if not any(type(seen) is type(exc) and str(seen) == str(exc) for seen in self.found):  # one mistake, once
-            self.found.append(exc)
-
-    def raise_any(self) -> None:
-        if len(self.found) == 1:
-            raise self.found[0]
-        if self.found:
-            raise PlanError(self.found)
-
-
 def installed(module: str) -> bool:
     """Whether ``module`` (a top-level package) is installed; finds it without importing it."""
     try:
@@ -239,14 +212,14 @@ def _stored(output: Path, where: SystemPath, names: Sequence[str], declared: dic
     return files, stored
 
 
-def _located(spec: PipelineSpec, settings: Settings, problems: _Problems) -> list[tuple[str, Path | None]]:
+def _located(spec: PipelineSpec, settings: Settings, problems: Problems) -> list[tuple[str, Path | None]]:
     from r2med.datasets.loading import locate
 
     return problems.check(lambda: locate(list(spec.datasets) if spec.datasets else None, data_dir=spec.data_dir,
                                          settings=settings), default=[])
 
 
-def _hub_datasets(datasets: list, settings: Settings, problems: _Problems) -> tuple[Need, ...]:
+def _hub_datasets(datasets: list, settings: Settings, problems: Problems) -> tuple[Need, ...]:
     """The hub datasets not in the cache: a need (downloaded once, at the pinned revision), or, with
     ``HF_HUB_OFFLINE`` set, a problem saying how to get them."""
     from r2med.datasets.catalog import catalog
@@ -282,7 +255,7 @@ def plan(spec: PipelineSpec, *, settings: Settings | None = None, resume: bool =
     from r2med.io.dirs import check_output_dir
 
     settings = settings or get_settings()
-    problems = _Problems()
+    problems = Problems()
     problems.check(lambda: check_output_dir(spec.output))
     datasets = _located(spec, settings, problems)
     names = [name for name, _ in datasets]
@@ -303,7 +276,7 @@ def plan(spec: PipelineSpec, *, settings: Settings | None = None, resume: bool =
     return Plan(spec, tuple(datasets), tuple(stages), tuple(endpoints), spec.output, tuple(command), settings, extra)
 
 
-def _plan_stored_first(spec: PipelineSpec, datasets: list, problems: _Problems, stages: list) -> Any:
+def _plan_stored_first(spec: PipelineSpec, datasets: list, problems: Problems, stages: list) -> Any:
     from r2med.stages.rerank import FirstStage
 
     first = problems.check(lambda: FirstStage.resolve(spec.first_stage, output=spec.output,
@@ -351,7 +324,7 @@ def _retriever_endpoint(rspec: Any, settings: Settings, stage: str) -> Endpoint 
     return None
 
 
-def _plan_retriever(rspec: Any, problems: _Problems, what: str) -> str | None:
+def _plan_retriever(rspec: Any, problems: Problems, what: str) -> str | None:
     """A retriever's results-folder name, once its name is known (UsageError with the valid names otherwise) and the
     extra it imports is installed."""
     from r2med.retrievers.registry import check_known
@@ -364,7 +337,7 @@ def _plan_retriever(rspec: Any, problems: _Problems, what: str) -> str | None:
     return problems.check(rspec.system)
 
 
-def _plan_retrievers(spec: PipelineSpec, settings: Settings, datasets: list, problems: _Problems, stages: list,
+def _plan_retrievers(spec: PipelineSpec, settings: Settings, datasets: list, problems: Problems, stages: list,
                      endpoints: list, extra: dict, *, resume: bool) -> SystemPath | None:
     names = [name for name, _ in datasets]
     expansion = None
@@ -436,7 +409,7 @@ def _refine_retriever(output: Path, where: SystemPath, names: list, key: dict, s
     return out
 
 
-def _expansion_files(expansion: Any, datasets: list, settings: Settings, problems: _Problems) -> tuple[str, ...]:
+def _expansion_files(expansion: Any, datasets: list, settings: Settings, problems: Problems) -> tuple[str, ...]:
     """Where each dataset's expansion file is (the first place that has it, as ``find_expansions`` looks); an R2MED
     dataset's may be the hub's copy, fetched when the stage runs; any other dataset's must be here now."""
     from r2med.datasets.catalog import catalog
@@ -466,7 +439,7 @@ def _retriever_builder(rspec: Any, where: SystemPath) -> Callable[..., Any]:
     return build
 
 
-def _plan_agent(spec: PipelineSpec, settings: Settings, names: list, problems: _Problems, stages: list,
+def _plan_agent(spec: PipelineSpec, settings: Settings, names: list, problems: Problems, stages: list,
                 endpoints: list, extra: dict, *, resume: bool, client: Any) -> Any:
     from r2med.agent.remote import is_server_url, server_name
     from r2med.store.expansions import llm_dir_name
@@ -546,7 +519,7 @@ def _reranker_endpoint(rerank: RerankSpec, options: Any, settings: Settings) -> 
     return _endpoint("reranker", base_url, options.llm_model or found.model, options.api_key_env)
 
 
-def _plan_reranker(spec: PipelineSpec, settings: Settings, names: list, first: Any, problems: _Problems,
+def _plan_reranker(spec: PipelineSpec, settings: Settings, names: list, first: Any, problems: Problems,
                    stages: list, endpoints: list, *, resume: bool) -> None:
     from r2med.llm.endpoint import LLMOptions
     from r2med.rerankers.registry import reranker_needs, reranker_system, resolve_reranker
@@ -743,7 +716,7 @@ def plan_expand(config: Any, *, base_url: str, api_key_env: str | None, tasks: S
     from r2med.store.expansions import EXPANSION_FILE, expansion_dir, llm_dir_name
 
     settings = settings or get_settings()
-    problems = _Problems()
+    problems = Problems()
     datasets = problems.check(lambda: locate(list(tasks) if tasks else None, data_dir=data_dir, settings=settings),
                               default=[])
     names = [name for name, _ in datasets]

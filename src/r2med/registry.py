@@ -46,7 +46,7 @@ class Registry(Generic[T]):
         if key in self._lookup:
             return self._lookup[key]
         close = difflib.get_close_matches(key, list(self._lookup), n=1, cutoff=0.6)
-        hint = f"; did you mean '{self._lookup[close[0]]}'?" if close else ""
+        hint = f"; did you mean '{self._lookup[close[0]]}'?" if close else "."
         raise UsageError(f"unknown {self.kind} '{name}'{hint} Valid: {', '.join(sorted(self._specs))}")
 
     def get(self, name: str) -> T:

@@ -38,40 +38,51 @@ def _is_pipeline(args: argparse.Namespace) -> bool:
 def build_spec(args: argparse.Namespace):
     """The ``PipelineSpec`` of ``--config FILE`` or of the flags (retrievers, expansion, fusion, reranker)."""
     from r2med.config import ExpansionOptions, PipelineOptions, PipelineSpec, RerankSpec, load_spec
+    from r2med.errors import Problems
     from r2med.options import Flags
     from r2med.rerankers.registry import option_classes
-    from r2med.retrievers.registry import RetrieverSpec, retriever_option_classes
+    from r2med.retrievers.registry import RetrieverSpec, check_known, retriever_option_classes
 
     sets = flag_sets()
     # each component reads its own flags: the dense --batch-size and the reranker's --rerank-batch-size are both
     # "batch_size", and a flag two components share (--device) reaches both
     values = given(args, [f for f in sets if f.cls in retriever_option_classes()])
     stage = next(f for f in sets if f.cls.__name__ == "RerankStageOptions").build(args)
+    problems = Problems()  # every value the flags hold that cannot be read, reported together
     rerank = None
     if args.reranker:
         from r2med.rerankers.registry import options_for
 
-        rerank = RerankSpec(args.reranker, top_k=stage.top_k, truncate=stage.truncate,
-                            options=options_for(args.reranker, given(args, [f for f in sets if f.cls in option_classes()])))
+        rerank = problems.check(lambda: RerankSpec(
+            args.reranker, top_k=stage.top_k, truncate=stage.truncate,
+            options=options_for(args.reranker, given(args, [f for f in sets if f.cls in option_classes()]))))
     if args.config is not None:
         named = {"--retriever": args.retriever, "--fuse": args.fuse, "--tasks": args.tasks,
                  **{f: True for f in _pipeline_flags(args, sets)}}
         extra = [flag for flag, value in named.items() if value]
         if extra:
             raise UsageError(f"--config describes the whole pipeline; drop {', '.join(extra)} (or edit the file)")
+        problems.raise_any()
         spec = load_spec(args.config)
         # --data-dir and --output run the file's pipeline on other data or into another folder
         places = {key: value for key, value in (("data_dir", args.data_dir), ("output", args.output)) if value}
         return dataclasses.replace(spec, reranker=rerank or spec.reranker, cache=not args.no_cache, **places)
     pipeline = Flags(PipelineOptions).build(args)
     expansion = Flags(ExpansionOptions).build(args)
-    retrievers = tuple(RetrieverSpec.parse(text, given=values, identical_ids=values.get("identical_ids"))
+    retrievers = tuple(problems.check(lambda text=text: RetrieverSpec.parse(text, given=values,
+                                                                            identical_ids=values.get("identical_ids")))
                        for text in args.retriever or ["bm25"])
+    fusion = problems.check(lambda: _fusion(args.fuse)) if _is_pipeline(args) else None
+    if problems.found:  # the plan checks the rest; a retriever misnamed beside a bad value is reported with it
+        for spec in retrievers:
+            if spec is not None:
+                problems.check(lambda spec=spec: check_known(spec))
+    problems.raise_any()
     return PipelineSpec(
         retrievers=retrievers, name=pipeline.name, datasets=tuple(args.tasks) if args.tasks else None,
         data_dir=args.data_dir, output=args.output or Path("results"), top_k=pipeline.top_k, expansion=expansion.spec,
         answer_policy=expansion.answer_policy, bm25_composition=expansion.bm25_composition,
-        fusion=_fusion(args.fuse) if _is_pipeline(args) else None, reranker=rerank, cache=not args.no_cache,
+        fusion=fusion, reranker=rerank, cache=not args.no_cache,
     )
 
 

@@ -97,7 +97,7 @@ def prompt_template(method: str, dataset: str) -> str:
     try:
         spec = get_spec(dataset)
     except UsageError as exc:  # a collection outside R2MED: its prompts are another dataset's, chosen by the user
-        unknown = str(exc).split(" Valid:")[0]  # "unknown dataset 'x'" and the registry's "did you mean", if any
+        unknown = str(exc).split(" Valid:")[0].rstrip(".")  # "unknown dataset 'x'" and the registry's "did you mean", if any
         raise UsageError(
             f"{unknown} (R2MED's {gar.name} prompts are written per R2MED dataset): for a collection outside R2MED, "
             "choose the dataset whose prompt suits it with --prompt-dataset NAME (prompt_dataset=NAME in Python), "
