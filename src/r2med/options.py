@@ -173,7 +173,7 @@ _WORDS: dict[Any, tuple[str, str]] = {bool: ("true or false", "true or false"), 
                                       list: ("comma-separated values", "list")}
 
 
-def read_number(text: str, kind: type[int] | type[float] = float) -> Any:
+def read_number(text: str, kind: type[int | float] = float) -> Any:
     """``text`` typed on the command line or inline (``bm25:k1=0.9``) as a number, in the grammar files are read in
     (``r2med.numbers``: what C's ``strtod``/``strtol`` read whole, ASCII only), never Python's, by which ``float``
     reads ``0_9`` as 9.0 and ``int`` reads Arabic-Indic ``١٢`` as 12. A float must be finite. ValueError (a
