@@ -76,6 +76,19 @@ def test_an_unknown_reranker_and_an_unreadable_retriever_option_together(sample,
     assert len(lines) == 2 and _files(tmp_path / "results") == []
 
 
+def test_an_agent_missing_its_style_with_a_misnamed_and_a_misread_searcher(sample, tmp_path, cli):
+    # before: the missing --style stopped the command before --search-with was read
+    for search, problem in (("bm2", "  - unknown retriever 'bm2'; did you mean 'bm25'? Valid: bm25, "),
+                            ("bm25:k1=x", "  - --search-with bm25:k1=x: k1=x: expected a number, got 'x' ")):
+        result = cli("agent", "--data-dir", sample, "--search-with", search, "--llm-model", "m", "--base-url",
+                     "http://127.0.0.1:9/v1", "--llm-name", "a", "--output", tmp_path / "results")
+        assert result.code == 2
+        lines = [line for line in result.err.splitlines() if line.startswith("  - ")]
+        assert lines[0].startswith("  - needs style: an agent needs a style (or a protocol)")
+        assert lines[1].startswith(problem) and len(lines) == 2
+    assert _files(tmp_path / "results") == []
+
+
 def test_a_pipeline_file_reports_a_mistake_in_each_table_together(tmp_path, cli):
     # before: the first bad table stopped the file (exit 5), hiding the others
     path = tmp_path / "pipeline.toml"

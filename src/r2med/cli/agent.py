@@ -28,17 +28,22 @@ def flag_sets() -> list:
 
 
 def build_spec(args: argparse.Namespace):
+    from r2med.agent.remote import is_server_url
     from r2med.config import AgentSpec, PipelineSpec
-    from r2med.retrievers.registry import RetrieverSpec
+    from r2med.errors import Problems
+    from r2med.retrievers.registry import RetrieverSpec, check_known
 
     agent, dense = flag_sets()
-    config = agent.build(args)
-    from r2med.agent.remote import is_server_url
-
+    problems = Problems()  # the agent's flags and --search-with, reported together; the plan checks the rest
+    config = problems.check(lambda: agent.build(args))
     if is_server_url(args.search_with):  # a Search-R1-compatible retrieval server
         search = args.search_with
     else:
-        search = RetrieverSpec.parse(args.search_with, given=dense.given(args), where=f"--search-with {args.search_with}")
+        search = problems.check(lambda: RetrieverSpec.parse(args.search_with, given=dense.given(args),
+                                                            where=f"--search-with {args.search_with}"))
+        if problems.found and search is not None:  # a misnamed searcher beside a bad flag is reported with it
+            problems.check(lambda: check_known(search))
+    problems.raise_any()
     return PipelineSpec(agent=AgentSpec(config, search, args.knowledge_dir),
                         datasets=tuple(args.tasks) if args.tasks else None, data_dir=args.data_dir,
                         output=args.output, top_k=args.top_k, cache=not args.no_cache)
