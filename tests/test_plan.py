@@ -89,6 +89,16 @@ def test_an_agent_missing_its_style_with_a_misnamed_and_a_misread_searcher(sampl
     assert _files(tmp_path / "results") == []
 
 
+def test_rerank_reports_an_unknown_reranker_with_a_missing_first_stage(sample, tmp_path, cli):
+    # before: the unknown reranker stopped the command before the plan looked for --run
+    result = cli("rerank", "--reranker", "zzzz", "--run", "nosuch", "--data-dir", sample, "--output", tmp_path / "r")
+    assert result.code == 2
+    lines = [line for line in result.err.splitlines() if line.startswith("  - ")]
+    assert lines[0].startswith("  - no first-stage run for scifact-sample in ")
+    assert lines[1].startswith("  - unknown reranker 'zzzz'. Valid: bge-reranker-v2-m3, ")
+    assert len(lines) == 2 and _files(tmp_path / "r") == []
+
+
 def test_a_pipeline_file_reports_a_mistake_in_each_table_together(tmp_path, cli):
     # before: the first bad table stopped the file (exit 5), hiding the others
     path = tmp_path / "pipeline.toml"

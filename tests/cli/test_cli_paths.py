@@ -43,7 +43,9 @@ def test_rerank_llm_name_and_system_are_checked_before_any_work(cli, tmp_path):
     result = cli(*base, "--reranker", "listwise", "--llm-model", "m", "--llm-name", "../..",
                  "--base-url", "http://127.0.0.1:9/v1")
     assert result.code == 2, result.err
-    assert "r2med: error: --llm-name '../..' cannot be used as a folder or file name: it contains '/'" in result.err
+    # reported with the plan's other problem (no stored run 'bm25' under out/): every problem at once
+    assert "  - --llm-name '../..' cannot be used as a folder or file name: it contains '/'" in result.err
+    assert "  - no first-stage run for tiny in " in result.err
     result = cli(*base, "--reranker", "listwise", "--llm-model", "m", "--llm-name", "..",
                  "--base-url", "http://127.0.0.1:9/v1")
     assert result.code == 2 and "--llm-name '..' cannot be used as a folder or file name: it is '..'" in result.err

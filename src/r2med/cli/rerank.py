@@ -30,14 +30,15 @@ def cmd_rerank(args: argparse.Namespace) -> int:
     from r2med.cli.dryrun import command_of, show_plan
     from r2med.config import PipelineSpec, RerankSpec
     from r2med.planning import execute, plan
-    from r2med.rerankers.registry import options_for
     from r2med.stages import summarise
     from r2med.store.results import SystemPath
 
     sets = flag_sets()
     stage = sets[0].build(args)
+    # the options as given: the plan resolves them for the reranker's kind, so an unknown reranker is one problem
+    # among the others it finds (a missing --run file too), not the end of the command
     rerank = RerankSpec(args.reranker, top_k=stage.top_k, truncate=stage.truncate, identical_ids=stage.identical_ids,
-                        options=options_for(args.reranker, given(args, sets[1:])))
+                        options=given(args, sets[1:]))
     spec = PipelineSpec(first_stage=args.run, first_stage_system=args.system, reranker=rerank,
                         datasets=tuple(args.tasks) if args.tasks else None, data_dir=args.data_dir, output=args.output,
                         cache=not args.no_cache)
