@@ -56,7 +56,9 @@ def test_pipeline_file_runs_as_written(cli, tmp_path, monkeypatch):
     """docs/pipelines.md's TOML on the bundled sample (its optional blocks are comments): the table it shows."""
     pytest.importorskip("scipy")
     monkeypatch.chdir(tmp_path)
-    [toml] = re.findall(r"```toml\n(.*?)```", (DOCS / "pipelines.md").read_text(encoding="utf-8"), flags=re.DOTALL)
+    # the block saved as pipeline.toml (the page's other TOML block, typos.toml, shows mistakes on purpose)
+    [toml] = re.findall(r"<!-- docs: file pipeline\.toml -->\n```toml\n(.*?)```",
+                        (DOCS / "pipelines.md").read_text(encoding="utf-8"), flags=re.DOTALL)
     (tmp_path / "pipeline.toml").write_text(toml)
     assert cli("datasets", "sample", "r2med-sample").code == 0
     done = cli("run", "--config", "pipeline.toml")
