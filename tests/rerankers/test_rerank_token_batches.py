@@ -140,3 +140,40 @@ def test_rankllama_in_small_token_batches_scores_as_in_one(tiny_rankllama):
 
 
 from test_rankllama import tiny_rankllama  # noqa: E402,F401  (its fixture)
+
+
+def test_the_token_budget_is_a_flag_of_rerank_and_run_and_a_key_of_the_file(tiny_cross_encoder, tmp_path):
+    """``r2med rerank --batch-tokens N``, ``r2med run --rerank-batch-tokens N`` and ``batch_tokens = N`` in a
+    pipeline file's ``[reranker]`` set the scorer's budget; it is not part of the result's key (scores are the
+    same at any budget), and it is checked like every option."""
+    from r2med.cli import build_parser
+    from r2med.cli.flags import given
+    from r2med.cli.rerank import flag_sets as rerank_flags
+    from r2med.cli.run import build_spec
+    from r2med.config import parse_spec
+    from r2med.errors import InvalidInputError
+    from r2med.rerankers.registry import make_reranker, options_for
+
+    parser = build_parser()
+    model = str(tiny_cross_encoder)
+    args = parser.parse_args(["rerank", "--run", "x.run", "--reranker", model, "--batch-tokens", "150",
+                              "--device", "cpu"])
+    from_rerank = given(args, rerank_flags()[1:])
+    assert from_rerank["batch_tokens"] == 150
+    spec = build_spec(parser.parse_args(["run", "--reranker", model, "--rerank-batch-tokens", "150",
+                                         "--device", "cpu"]))
+    from_run = spec.reranker.options
+    bm25 = [{"name": "bm25"}]
+    from_file = parse_spec({"retriever": bm25, "reranker": {"name": model, "batch_tokens": 150, "device": "cpu"}},
+                           base=tmp_path, source="p.toml").reranker.options
+    for options in (from_rerank, from_run, from_file):
+        reranker = make_reranker(model, options)
+        assert reranker.scorer.token_budget.tokens == 150
+    default = make_reranker(model, {"device": "cpu"})
+    assert default.scorer.token_budget.tokens == 8192  # the CPU cap of the model's 65,536
+    assert default.describe() == make_reranker(model, from_rerank).describe()
+    assert options_for(model, {"batch_tokens": 150}) != options_for(model, {})
+    with pytest.raises(SystemExit):
+        parser.parse_args(["rerank", "--run", "x.run", "--reranker", model, "--batch-tokens", "0"])
+    with pytest.raises(InvalidInputError, match=r"p.toml \[reranker\]: batch_tokens must be at least 1, got 0"):
+        parse_spec({"retriever": bm25, "reranker": {"name": model, "batch_tokens": 0}}, base=tmp_path, source="p.toml")

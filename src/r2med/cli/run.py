@@ -20,14 +20,14 @@ from r2med.errors import UsageError
 def flag_sets() -> list:
     """The generated option flags of ``run`` (``r2med.cli.flags``): the pipeline's, each retriever family's (defaults
     for every ``--retriever`` of that family; ``NAME:key=value`` sets them for one), the expansion's and the
-    reranker's (``--rerank-top-k``, ``--rerank-batch-size``)."""
+    reranker's (``--rerank-top-k``, ``--rerank-batch-size``, ``--rerank-batch-tokens``)."""
     from r2med.cli.flags import reranker_flags, retriever_flags
     from r2med.config import ExpansionOptions, PipelineOptions, RerankStageOptions
     from r2med.options import Flags
 
     return [Flags(PipelineOptions), *retriever_flags(), Flags(ExpansionOptions, title="generation-augmented retrieval"),
             Flags(RerankStageOptions, rename={"top_k": "--rerank-top-k"}, skip=("identical_ids",), title="reranking"),
-            *reranker_flags(rename={"batch_size": "--rerank-batch-size"})]
+            *reranker_flags(rename={"batch_size": "--rerank-batch-size", "batch_tokens": "--rerank-batch-tokens"})]
 
 
 def _is_pipeline(args: argparse.Namespace) -> bool:

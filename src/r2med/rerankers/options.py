@@ -30,6 +30,9 @@ class PointwiseOptions:
                                "elsewhere", choices=DTYPES)
     batch_size: int | None = option(None, "pointwise: pairs per batch (default 32; 8 for RankLLaMA)", minimum=1,
                                     keyed=False)
+    batch_tokens: int | None = option(None, "pointwise, on this machine: padded tokens per model batch, pairs sorted "
+                                      "by token count; halved on out-of-memory (default: the model's, sized for an "
+                                      "80 GB GPU; at most 8192 on a CPU)", minimum=1, keyed=False)
     max_length: int | None = option(None, "pointwise: tokens per (query, document) pair (default: as the authors ran "
                                     "the model)", minimum=1)
 

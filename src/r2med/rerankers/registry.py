@@ -138,7 +138,7 @@ def _cross_encoder(spec: RerankerSpec, options: PointwiseOptions, runtime: Runti
 
     scorer = CrossEncoderScorer(
         str(spec.model), max_length=options.max_length or spec.max_length, device=options.device,
-        dtype=options.dtype or spec.dtype, score_column=spec.score_column,
+        dtype=options.dtype or spec.dtype, score_column=spec.score_column, batch_tokens=options.batch_tokens,
     )
     return _pointwise(spec, options, runtime, scorer, default_batch_size=32)
 
@@ -148,7 +148,7 @@ def _rankllama(spec: RerankerSpec, options: RankLlamaOptions, runtime: Runtime) 
 
     scorer = RankLlamaScorer(
         str(spec.model), options.base_model or spec.base_model, max_length=options.max_length or spec.max_length or 1024,
-        device=options.device, dtype=options.dtype or spec.dtype,
+        device=options.device, dtype=options.dtype or spec.dtype, batch_tokens=options.batch_tokens,
     )
     return _pointwise(spec, options, runtime, scorer, default_batch_size=8)
 
@@ -272,7 +272,7 @@ def _qwen3_reranker(spec: RerankerSpec, options: Qwen3RerankerOptions, runtime: 
         return _pointwise(spec, options, runtime, scorer, default_batch_size=max(32, 4 * options.concurrency))
     scorer = qwen3.Qwen3RerankerScorer(str(spec.model), max_length=options.max_length or spec.max_length or 8192,
                                        instruction=options.instruction, device=options.device,
-                                       dtype=options.dtype or spec.dtype)
+                                       dtype=options.dtype or spec.dtype, batch_tokens=options.batch_tokens)
     return _pointwise(spec, options, runtime, scorer, default_batch_size=8)
 
 
