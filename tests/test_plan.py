@@ -53,6 +53,43 @@ def test_two_unknown_names_and_an_unset_key_variable_in_one_error(sample, tmp_pa
     assert _files(tmp_path / "results") == []
 
 
+KEY_HINT = "(or name another variable with --api-key-env); a server on this machine or a private network needs none"
+
+
+def test_a_missing_default_key_is_a_problem_of_the_plan_for_every_stage_that_sends(sample, tmp_path, cli, monkeypatch):
+    # before: BM25 ran and was stored, then the API embedder stopped on its missing key (exit 4); an agent or an
+    # expansion on a hosted server sent nothing before failing, but a dry run said only "key not set", exit 0
+    for name in ("OPENAI_API_KEY", "VOYAGE_API_KEY", "OPENAI_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    out = tmp_path / "results"
+    result = cli("run", "--data-dir", sample, "--retriever", "bm25", "--retriever", "openai:text-embedding-3-small",
+                 "--retriever", "voyage", "--fuse", "rrf", "--reranker", "listwise", "--llm-model", "gpt-4o",
+                 "--output", out)
+    assert result.code == 4, result.err
+    assert result.err.splitlines()[1:] == [
+        "  - base retriever/text-embedding-3-small: no API key for https://api.openai.com/v1: set the environment "
+        "variable OPENAI_API_KEY; a server on this machine or a private network ($OPENAI_BASE_URL) needs none",
+        "  - base retriever/voyage: no API key for https://api.voyageai.com/v1: set the environment variable "
+        "VOYAGE_API_KEY",
+        f"  - reranker: no API key for https://api.openai.com/v1: set the environment variable OPENAI_API_KEY {KEY_HINT}"]
+    assert _files(out) == []
+    hosted = "https://llm.example.com/v1"
+    for command in (("agent", "--style", "search-r1", "--llm-model", "m", "--base-url", hosted),
+                    ("expand", "--method", "hyde", "--prompt-dataset", "Biology", "--llm-model", "m", "--base-url",
+                     hosted, "--dry-run")):
+        result = cli(*command, "--data-dir", sample, "--output", out)
+        stage = command[0]
+        assert result.code == 4, result.err
+        assert result.err == (f"r2med: error: {stage}: no API key for {hosted}: set the environment variable "
+                              f"OPENAI_API_KEY {KEY_HINT}\n")
+    # a server on this machine needs no key; a key that is set is enough
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    assert cli("run", "--data-dir", sample, "--retriever", "openai:m", "--dry-run").code == 0
+    monkeypatch.delenv("OPENAI_BASE_URL")
+    monkeypatch.setenv("VOYAGE_API_KEY", "test-key")
+    assert cli("run", "--data-dir", sample, "--retriever", "voyage", "--dry-run").code == 0
+
+
 def test_values_the_command_line_cannot_read_are_reported_with_every_misnamed_retriever(sample, tmp_path, cli):
     # before: the first unreadable value stopped the command, hiding the others and the misspelt retriever
     result = cli("run", "--data-dir", sample, "--retriever", "bm25:k1=0_9", "--retriever", "nosuch", "--retriever",

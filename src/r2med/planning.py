@@ -244,6 +244,25 @@ def _endpoint(stage: str, base_url: str | None, model: str | None, key_env: str 
     return Endpoint(stage, base_url, model, env, get_secret(env) is not None)
 
 
+#: how a stage's missing key can be supplied: the LLM stages name another variable with --api-key-env; a server on
+#: this machine or a private network needs no key (``is_local_url``)
+LLM_KEY_HINT = " (or name another variable with --api-key-env); a server on this machine or a private network needs none"
+EMBEDDINGS_KEY_HINT = "; a server on this machine or a private network ($OPENAI_BASE_URL) needs none"
+
+
+def _check_key(endpoint: Endpoint, problems: Problems, *, hint: str) -> None:
+    """The key a stage's server needs, found missing before any work: the stage's component resolves it when it is
+    built (``r2med.http.resolve_key``: no key, and the server is not on this machine or a private network) and would
+    stop there, after the stages before it ran. A variable named with ``--api-key-env`` and not set is reported by
+    the stage's options already. ``hint``: how else to supply it."""
+    from r2med.http import is_local_url, safe_url
+
+    if endpoint.key_set or endpoint.base_url is None or is_local_url(endpoint.base_url):
+        return
+    problems.add(MissingResourceError(f"{endpoint.stage}: no API key for {safe_url(endpoint.base_url)}: set the "
+                                      f"environment variable {endpoint.key_env}{hint}"))
+
+
 def plan(spec: PipelineSpec, *, settings: Settings | None = None, resume: bool = True, client: Any = None,
          command: Sequence[str] = ()) -> Plan:
     """Resolve and check every stage of ``spec`` (see the module docstring); raises every problem found at once.
@@ -309,10 +328,18 @@ def _retriever_extras(rspec: Any) -> tuple[tuple[str, tuple[str, ...]], ...]:
     return (found,)
 
 
+def _embeddings_hint(rspec: Any) -> str:
+    """An ``openai:<model id>`` retriever may point at a local server; a zoo API model's URL is its provider's."""
+    return EMBEDDINGS_KEY_HINT if rspec.family().name == "openai" else ""
+
+
 def _retriever_endpoint(rspec: Any, settings: Settings, stage: str) -> Endpoint | None:
+    from r2med.retrievers.registry import api_base_url
+
     family = rspec.family().name
     if family == "openai":
-        return _endpoint(stage, settings.openai_base_url, rspec.name.strip()[len("openai:"):].strip(), None)
+        model_id = rspec.name.strip()[len("openai:"):].strip()
+        return _endpoint(stage, api_base_url(model_id, settings), model_id, None)
     if family == "dense":
         from r2med.retrievers.dense.zoo import model_registry
 
@@ -320,7 +347,7 @@ def _retriever_endpoint(rspec: Any, settings: Settings, stage: str) -> Endpoint 
         if name in model_registry():
             model = model_registry().get(name)
             if model.backend == "api":
-                return _endpoint(stage, None, model.model, model.api_key_env)
+                return _endpoint(stage, api_base_url(model.model, settings), model.model, model.api_key_env)
     return None
 
 
@@ -360,10 +387,11 @@ def _plan_retrievers(spec: PipelineSpec, settings: Settings, datasets: list, pro
             where = SystemPath.gar(expansion.composition or expansion.method, expansion.llm, name)
         key = rspec.key()
         found = _retriever_endpoint(rspec, settings, str(where))
-        if found is not None:
-            endpoints.append(found)
         files, stored = _stored(spec.output, where, names, {"top_k": spec.top_k}, resume=resume)
         stored = _refine_retriever(spec.output, where, names, key, stored)
+        if found is not None:
+            endpoints.append(found)
+            _check_key(found, problems, hint=_embeddings_hint(rspec))
         expansions = _expansion_files(expansion, datasets, settings, problems) if expansion is not None else ()
         stages.append(PlannedStage("retrieve", str(where), rspec.name, options=_jsonable(key), needs=rspec.needs(),
                                    extras=tuple(e for e, _ in _retriever_extras(rspec)), inputs=expansions,
@@ -449,7 +477,10 @@ def _plan_agent(spec: PipelineSpec, settings: Settings, names: list, problems: P
     config = agent.config
     if client is None:
         problems.check(config.ready)
-    endpoints.append(_endpoint("agent", str(config.base_url), str(config.llm_model), config.api_key_env))
+    endpoint = _endpoint("agent", str(config.base_url), str(config.llm_model), config.api_key_env)
+    endpoints.append(endpoint)
+    if client is None and not config.api_key_env:
+        _check_key(endpoint, problems, hint=LLM_KEY_HINT)
     configs = problems.check(config.seeded, default=[config])
     if len(configs) > 1 and spec.reranker is not None:
         problems.add(UsageError("--seeds/--runs stores one agent run per seed; rerank each stored run separately"))
@@ -477,6 +508,7 @@ def _plan_agent(spec: PipelineSpec, settings: Settings, names: list, problems: P
         found = _retriever_endpoint(search, settings, "agent search")
         if found is not None:
             endpoints.append(found)
+            _check_key(found, problems, hint=_embeddings_hint(search))
     needs = merged((Need("llm-server", f"{config.llm_model} on {config.base_url}"),), needs)
     last = None
     extra["knowledge"] = agent.knowledge_dir
@@ -537,6 +569,8 @@ def _plan_reranker(spec: PipelineSpec, settings: Settings, names: list, first: A
         endpoint = _reranker_endpoint(rerank, options, settings)
         if endpoint is not None:
             endpoints.append(endpoint)
+            if not options.api_key_env:
+                _check_key(endpoint, problems, hint=LLM_KEY_HINT)
             if endpoint.base_url is None:
                 problems.add(UsageError(f"{found.name} runs on an OpenAI-compatible server serving {endpoint.model}: "
                                         f"pass --base-url (or set $OPENAI_BASE_URL), e.g. http://localhost:8000/v1 "
@@ -753,6 +787,8 @@ def plan_expand(config: Any, *, base_url: str, api_key_env: str | None, tasks: S
             ("policy", config.policy), ("sampling", json.dumps(asdict(config.sampling), sort_keys=True))))
         stored[name] = (REUSED if same else RECOMPUTED) if resume else FORCED
     endpoint = _endpoint("expand", base_url, config.llm_model, api_key_env)
+    if not api_key_env:
+        _check_key(endpoint, problems, hint=LLM_KEY_HINT)
     stage = PlannedStage("expand", f"expand/{method}/{llm}", f"{method} with {config.llm_model}",
                          options=_jsonable({"method": method, "llm": config.name, "style": config.style,
                                             "policy": config.policy, "sampling": asdict(config.sampling)}),

@@ -113,6 +113,7 @@ def test_a_remote_llm_server_without_any_key_is_exit_4_before_any_request(cli, d
     result = cli("agent", "--protocol", "search-r1-eval", "--llm-model", "test-model", "--chat-template", "chatml",
                  "--base-url", "http://llm.example.invalid/v1", "--data-dir", data, "--output", tmp_path / "out")
     assert result.code == 4, result.err
-    assert ("test-model: no API key for http://llm.example.invalid/v1: set the environment variable OPENAI_API_KEY "
+    # found by the plan, before any work (the agent's client refused it when it was built, before any request)
+    assert ("agent: no API key for http://llm.example.invalid/v1: set the environment variable OPENAI_API_KEY "
             "(or name another variable with --api-key-env)") in result.err
     assert "Traceback" not in result.err
