@@ -155,6 +155,22 @@ def test_dry_run_errors():
         plan_for("gar/hyde/o3-mimi/bm25")
 
 
+def test_a_dry_run_checks_the_places_it_was_given_as_the_run_does(cli, tmp_path):
+    # before: a missing --data-dir and an --output under a file passed the dry run (exit 0) and failed the run
+    (tmp_path / "afile").write_text("")
+    args = ("reproduce", "base retriever/bm25", "--data-dir", tmp_path / "nosuchdir", "--output", tmp_path / "afile" / "x")
+    dry = cli(*args, "--dry-run")
+    assert dry.code == 2 and dry.out == ""
+    assert dry.err.splitlines() == [
+        "r2med: error: 2 problems; nothing was run (fix them all, then run again):",
+        f"  - --output {tmp_path / 'afile' / 'x'}: {tmp_path / 'afile'} is a file, so no directory can be made under it; pass a "
+        "directory (it is created if missing)",
+        f"  - --data-dir {tmp_path / 'nosuchdir'}: no such directory"]
+    assert cli(*args).err == dry.err  # the run reports the same, before any work
+    unknown = cli("reproduce", "base retriever/bm25", "--tasks", "Biolgy", "--dry-run")
+    assert unknown.code == 2 and "Biolgy" in unknown.err
+
+
 def test_usage_of_list_and_system(cli):
     assert cli("reproduce").code == 2
     both = cli("reproduce", "--list", "base retriever/bm25")

@@ -79,10 +79,11 @@ def _list(args: argparse.Namespace) -> int:
 def _dry_run(args: argparse.Namespace, endpoint: dict) -> int:
     """The plan, the LLM server it would call, and what it needs; nothing loaded, nothing contacted."""
     from r2med.cli.dryrun import command_of
-    from r2med.reproduction import check_endpoint, llm_server, plan_for
+    from r2med.reproduction import check_endpoint, check_places, llm_server, plan_for
 
     plan = plan_for(args.system, first_stage=args.first_stage)
     check_endpoint(plan, endpoint)
+    check_places(datasets=args.tasks, data_dir=args.data_dir, output=args.output)
     command = command_of(args)  # the one given, without --dry-run (the printer of every other command's plan too)
     data = {**plan.to_json(), "llm_server": llm_server(plan, endpoint.get("base_url")),
             "command": shlex.join(["r2med", *command]) if command else None}

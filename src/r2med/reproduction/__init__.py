@@ -8,7 +8,8 @@ calls it and prints the comparison it returns.
 from r2med.lazy import lazy_exports
 
 __all__ = ["ENDPOINT_OPTIONS", "AverageCheck", "Plan", "Reproduction", "Row", "check_average", "check_endpoint",
-           "compare", "list_plans", "llm_server", "load_reference", "plan_for", "published_reference", "reproduce"]
+           "check_places", "compare", "list_plans", "llm_server", "load_reference", "plan_for", "published_reference",
+           "reproduce"]
 
 _plans = "r2med.reproduction.plans"
 __getattr__, __dir__ = lazy_exports(__name__, {
@@ -16,5 +17,6 @@ __getattr__, __dir__ = lazy_exports(__name__, {
     "list_plans": _plans, "load_reference": _plans, "plan_for": _plans, "published_reference": _plans,
     "ENDPOINT_OPTIONS": "r2med.reproduction.run", "Reproduction": "r2med.reproduction.run",
     "reproduce": "r2med.reproduction.run", "check_endpoint": "r2med.reproduction.run",
+    "check_places": "r2med.reproduction.run",
     "llm_server": "r2med.reproduction.run",
 })

@@ -154,6 +154,22 @@ def check_endpoint(plan: Plan, endpoint: Mapping[str, Any]) -> None:
                          "drop it")
 
 
+def check_places(*, datasets: list[str] | None = None, data_dir: str | Path | None = None,
+                 output: str | Path = "results", settings: Settings | None = None) -> None:
+    """The places a reproduction was given, checked without loading or contacting anything (``--dry-run``): the
+    datasets named and found under ``data_dir`` (with none given: R2MED's eight, from the hub when run), and an
+    ``output`` results can be written to. Every problem at once (``PlanError``), as the run would report them."""
+    from r2med.datasets.loading import locate
+    from r2med.errors import Problems
+    from r2med.io.dirs import check_output_dir
+
+    problems = Problems()
+    problems.check(lambda: check_output_dir(Path(output)))
+    problems.check(lambda: locate(list(datasets) if datasets else None,
+                                  data_dir=None if data_dir is None else Path(data_dir), settings=settings))
+    problems.raise_any()
+
+
 def llm_server(plan: Plan, base_url: str | None = None, *, settings: Settings | None = None) -> str | None:
     """The LLM server ``plan`` would call, as shown (credentials hidden): ``base_url``, else ``$OPENAI_BASE_URL``,
     else what to pass; None for a plan that calls no LLM server."""
