@@ -48,8 +48,20 @@ def test_no_command_lists_an_earlier_spelling():
     (["leaderboard", "--datasets", "a,b"], "datasets", ["a", "b"]),
     (["report", "--datasets", "a"], "datasets", ["a"]),
     (["compare", "x", "y", "--datasets", "a"], "tasks", ["a"]),
+    (["evaluate", "--qrels", "q", "--run", "r", "--identical-ids", "drop"], "identical_ids", "drop"),
+    (["evaluate", "--qrels", "q", "--run", "r", "--ignore-identical-ids"], "identical_ids", "drop"),
+    (["evaluate", "--qrels", "q", "--run", "r"], "identical_ids", "keep"),
 ])
 def test_the_earlier_spelling_still_works(argv, dest, value):
     args = build_parser().parse_args(argv)
     found = getattr(args, dest)
     assert (str(found) if dest == "out" else found) == value
+
+
+def test_dropping_identical_ids_has_one_name_in_every_command():
+    """evaluate said --ignore-identical-ids (a switch) where run and rerank say --identical-ids drop|keep."""
+    listed = {name: _listed(parser) for name, parser in COMMANDS.items()}
+    assert {name for name, options in listed.items() if "--ignore-identical-ids" in options} == set()
+    assert {name for name, options in listed.items() if "--identical-ids" in options} >= {
+        "r2med run", "r2med rerank", "r2med evaluate"}
+

@@ -25,7 +25,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     run = read_result_file(args.run, read_run)
     scores = evaluate(
         qrels, run, metrics=args.metrics, cutoffs=args.cutoffs,
-        judged_all=args.judged_all, ignore_identical_ids=args.ignore_identical_ids,
+        judged_all=args.judged_all, ignore_identical_ids=args.identical_ids == "drop",
     )
     unjudged = sum(1 for qid in run if qid not in qrels)
     missing = sum(1 for qid in qrels if qid not in run)
@@ -60,8 +60,12 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                     help="comma-separated official keys (ndcg_at_10, recall_at_100, mrr, ...) or families (ndcg, map, recall, precision); default all")
     ev.add_argument("--cutoffs", type=_ints, default=None, help="cutoffs for families (default 1,10,25,50,100)")
     ev.add_argument("--judged-all", action="store_true", help="judged queries missing from the run count as 0 (trec_eval -c)")
-    ev.add_argument("--ignore-identical-ids", action="store_true",
-                    help="drop documents whose id equals the query id (BEIR's rule, used by the official dense numbers)")
+    ev.add_argument("--identical-ids", choices=("drop", "keep"), default="keep",
+                    help="drop: documents whose id equals the query id are dropped before scoring (BEIR's "
+                         "ignore_identical_ids, as the official dense numbers); keep (default): scored as trec_eval does")
+    # its name before issue 38 (run, rerank and the pipeline file say --identical-ids drop): still works, unlisted
+    ev.add_argument("--ignore-identical-ids", dest="identical_ids", action="store_const", const="drop",
+                    help=argparse.SUPPRESS)
     ev.add_argument("--per-query", action="store_true",
                     help="also print every query's values (x100, as the table; --json: fractions)")
     ev.add_argument("--json", action="store_true", help='print {"ndcg_at_10": ..., ...} (unrounded)')
