@@ -9,7 +9,9 @@ most ``texts`` inputs. ``run_batches`` runs a callable over those batches; when 
 every finished batch kept; the first batch that then fits is reported once (a warning naming the budget that
 worked). A single input that does not fit alone is ``TextTooLongError`` (exit 6), naming it and its token count.
 With ``prepare`` (a batch's host-side work: padding, pinning), the next batch is prepared on a background thread
-while the current one runs.
+while the current one runs. With ``finish``, a batch's results are taken to the host only once the next batch has
+been launched (``Launched``: on CUDA a non-blocking copy into pinned memory, waited for by its event), so the device
+never idles while the host waits for a copy, converts the vectors or stores them.
 
 torch is never imported here: an error is an out-of-memory error only if torch, already imported, says so.
 
@@ -167,6 +169,33 @@ def _release_memory() -> None:
         torch.cuda.empty_cache()
 
 
+class Launched:
+    """A batch's results as the device left them (a float tensor), on their way to the host: on CUDA copied without
+    blocking into pinned memory, behind an event; ``result()`` waits for that copy alone and gives a NumPy array.
+    Anywhere else the tensor is already on the host and ``result()`` only converts it."""
+
+    def __init__(self, tensor: Any) -> None:
+        self._event = None
+        if tensor.device.type == "cuda":
+            torch = sys.modules["torch"]
+            host = torch.empty(tensor.shape, dtype=tensor.dtype, device="cpu", pin_memory=True)
+            host.copy_(tensor, non_blocking=True)
+            self._event = torch.cuda.Event()
+            self._event.record()
+            tensor = host
+        self._host = tensor
+
+    def result(self) -> Any:
+        if self._event is not None:
+            self._event.synchronize()
+        return self._host.numpy()
+
+
+def finished(result: Any) -> Any:
+    """``result``, or the host array of a ``Launched`` one (the ``finish`` of ``run_batches`` for the encoders)."""
+    return result.result() if isinstance(result, Launched) else result
+
+
 def run_batches(
     lengths: Sequence[int],
     run: Callable[[Any], T],
@@ -176,19 +205,24 @@ def run_batches(
     device: str = "the device",
     what: str = "text",
     prepare: Callable[[list[int]], Any] | None = None,
-) -> Iterator[tuple[list[int], T]]:
+    finish: Callable[[T], Any] | None = None,
+) -> Iterator[tuple[list[int], Any]]:
     """``(rows, run(prepare(rows)))`` for every batch of the inputs of ``lengths`` (token counts), longest first, cut
     by ``budget``; an out-of-memory error halves the budget and runs the batch again (see the module docstring).
 
     ``prepare`` (default: the rows themselves) is a batch's host-side work (padding, pinning): with it, the next
     batch is prepared on a background thread while ``run`` runs the current one, so the device does not wait for
     the host; a prepared batch that the budget no longer cuts the same way (after an out-of-memory error) is
-    prepared again. Lazy: a caller that stops iterating stops the work; what it has received is done.
+    prepared again. ``finish``: ``(rows, finish(run(...)))`` is yielded once the next batch's ``run`` has returned
+    (launched its work) or failed, or at the end, so the device works on the next batch while the host takes this
+    one's results; a batch launched before an error or an interrupt is still yielded first. Lazy: a caller that
+    stops iterating stops the work; what it has received is done.
     """
     order = longest_first(lengths)
     executor = ThreadPoolExecutor(1, thread_name_prefix="r2med-batch") if prepare is not None else None
     make = prepare if prepare is not None else (lambda rows: rows)
     ahead: tuple[int, int, Future] | None = None  # (start, end, the prepared batch) of the next batch
+    pending: tuple[list[int], Any] | None = None  # with finish: the batch launched last, not yet taken to the host
     start = 0
     try:
         while start < len(order):
@@ -206,13 +240,19 @@ def run_batches(
                 ahead = (end, following, executor.submit(make, order[end:following]))
             try:
                 result = run(inputs)
-            except Exception as exc:
+            except BaseException as exc:
                 if not is_out_of_memory(exc):
+                    if pending is not None:  # launched before the error: done, and kept
+                        done, pending = pending, None
+                        yield done[0], finish(done[1])  # type: ignore[misc]  # pending only with finish
                     raise
                 out_of_memory = True  # retried below, outside this block: the traceback's tensors are freed first
             else:
                 out_of_memory = False
             del inputs
+            if pending is not None:  # the batch before is done on the device: to the host, while this one runs
+                done, pending = pending, None
+                yield done[0], finish(done[1])  # type: ignore[misc]
             if out_of_memory:
                 _release_memory()
                 if len(rows) == 1:
@@ -221,7 +261,13 @@ def run_batches(
                 continue
             budget.worked(name)
             start = end
-            yield rows, result
+            if finish is None:
+                yield rows, result
+            else:
+                pending = (rows, result)
+        if pending is not None:
+            done, pending = pending, None
+            yield done[0], finish(done[1])
     finally:
         if executor is not None:
             executor.shutdown(wait=False, cancel_futures=True)

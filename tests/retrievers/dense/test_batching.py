@@ -117,3 +117,77 @@ def test_on_cuda_batches_are_pinned_and_the_vectors_match_the_cpu():
     got = gpu.encode(texts, kind="document")
     expected = make_encoder(spec, device="cpu").encode(texts, kind="document")
     assert np.abs(got - expected).max() <= 1e-4
+
+
+# -- finish: a batch's results taken to the host once the next batch is launched (issue 36, item 2) -------------
+
+def _logged_run(log: list, fail_at: int | None = None, error: BaseException | None = None):
+    def run(rows):
+        log.append(("run", tuple(rows)))
+        if fail_at is not None and len([e for e in log if e[0] == "run"]) == fail_at:
+            raise error  # type: ignore[misc]
+        return [10 * r for r in rows]
+    return run
+
+
+def _finish(log: list):
+    def finish(result):
+        log.append(("finish", tuple(r // 10 for r in result)))
+        return [r + 1 for r in result]
+    return finish
+
+
+def test_a_batch_is_finished_once_the_next_one_is_launched_with_the_same_results():
+    log: list = []
+    budget = TokenBudget(tokens=80, texts=3)
+    got = list(run_batches(LENGTHS, _logged_run(log), budget, name="t", finish=_finish(log)))
+    plain = list(run_batches(LENGTHS, lambda rows: [10 * r + 1 for r in rows], TokenBudget(tokens=80, texts=3),
+                             name="t"))
+    assert got == plain
+    assert log == [("run", (1, 3)), ("run", (8, 6)), ("finish", (1, 3)), ("run", (2, 5, 7)), ("finish", (8, 6)),
+                   ("run", (0, 4, 9)), ("finish", (2, 5, 7)), ("finish", (0, 4, 9))]
+
+
+def test_out_of_memory_in_the_next_batch_keeps_the_launched_one():
+    torch = pytest.importorskip("torch")
+    log: list = []
+    run = _logged_run(log, fail_at=2, error=torch.OutOfMemoryError("CUDA out of memory"))
+    got = dict((tuple(rows), out) for rows, out in run_batches(LENGTHS, run, TokenBudget(tokens=80, texts=3),
+                                                               name="t", finish=_finish(log)))
+    assert log[:4] == [("run", (1, 3)), ("run", (8, 6)), ("finish", (1, 3)), ("run", (8,))]
+    assert sorted(i for rows in got for i in rows) == list(range(len(LENGTHS)))
+    assert all(out == [10 * r + 1 for r in rows] for rows, out in got.items())
+
+
+@pytest.mark.parametrize("error", [RuntimeError("kernel"), KeyboardInterrupt()], ids=["error", "interrupt"])
+def test_an_error_or_an_interrupt_in_the_next_batch_still_gives_the_launched_one_first(error):
+    log: list = []
+    batches = run_batches(LENGTHS, _logged_run(log, fail_at=3, error=error), TokenBudget(tokens=80, texts=3),
+                          name="t", finish=_finish(log))
+    received = []
+    with pytest.raises(type(error)):
+        for rows, out in batches:
+            received.append(rows)
+    assert received == [[1, 3], [8, 6]]  # the second was launched before the third failed: kept, not lost
+
+
+def test_launched_vectors_on_a_cpu_are_the_tensors_values():
+    torch = pytest.importorskip("torch")
+    from r2med.batching import Launched, finished
+
+    tensor = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    assert finished(Launched(tensor)).tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+    assert finished([1, 2]) == [1, 2]
+
+
+@pytest.mark.gpu
+def test_launched_vectors_on_cuda_are_copied_to_pinned_memory_without_blocking():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    from r2med.batching import Launched
+
+    tensor = torch.randn(64, 128, device="cuda:0")
+    launched = Launched(tensor)
+    assert launched._host.is_pinned()
+    assert (launched.result() == tensor.cpu().numpy()).all()

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from r2med.batching import CPU_BATCH_TOKENS, TokenBudget, device_budget, run_batches
+from r2med.batching import CPU_BATCH_TOKENS, Launched, TokenBudget, device_budget, finished, run_batches
 from r2med.errors import UsageError
 from r2med.hf import check_model_exists, effective_dtype, model_fingerprint, resolve_device
 from r2med.io.progress import Reporter, progress_bar
@@ -148,13 +148,13 @@ class BaseEncoder(ABC):
     def _batches(self, prepared: Prepared, kind: Kind, instruction: str, batch_size: int | None):
         """``(rows, vectors)`` per batch: by tokens when ``prepared`` counted them, else by texts (``batch_size``
         for this call, else the encoder's); a budget halved after running out of memory stays halved."""
-        def run(batch: tuple[list[int], Any]) -> np.ndarray:
+        def run(batch: tuple[list[int], Any]) -> Any:
             return self._encode_rows(prepared, batch[0], kind, instruction, batch[1])
 
         def inputs(rows: list[int]) -> tuple[list[int], Any]:
             return rows, self._inputs(prepared, rows, kind)
 
-        def plain(rows: list[int]) -> np.ndarray:
+        def plain(rows: list[int]) -> Any:
             return self._encode_rows(prepared, rows, kind, instruction)
 
         ahead = type(self)._inputs is not BaseEncoder._inputs  # host work of the next batch on a thread
@@ -167,10 +167,12 @@ class BaseEncoder(ABC):
             budget.texts = batch_size
         cap = budget.texts
         try:
+            # a batch's vectors are taken to the host (``finished``) once the next batch is launched
             if ahead:
-                yield from run_batches(lengths, run, budget, name=self.name, device=self.device, prepare=inputs)
+                yield from run_batches(lengths, run, budget, name=self.name, device=self.device, prepare=inputs,
+                                       finish=finished)
             else:
-                yield from run_batches(lengths, plain, budget, name=self.name, device=self.device)
+                yield from run_batches(lengths, plain, budget, name=self.name, device=self.device, finish=finished)
         finally:
             if cap is not None and budget.texts is not None and budget.texts < cap:  # halved by texts in this call
                 saved = budget.texts if saved is None else min(saved, budget.texts)
@@ -212,5 +214,6 @@ class BaseEncoder(ABC):
 
     @abstractmethod
     def _encode_rows(self, prepared: Prepared, rows: list[int], kind: Kind, instruction: str,
-                     inputs: Any = None) -> np.ndarray:
-        """Vectors of the texts at ``rows`` of ``prepared``, in that order (``inputs``: ``_inputs``' for them)."""
+                     inputs: Any = None) -> np.ndarray | Launched:
+        """Vectors of the texts at ``rows`` of ``prepared``, in that order (``inputs``: ``_inputs``' for them): an
+        array, or ``Launched`` vectors still on the device (taken to the host once the next batch runs)."""

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from r2med.batching import is_out_of_memory
+from r2med.batching import Launched, is_out_of_memory
 from r2med.errors import UsageError
 from r2med.hf import adapter_kwargs, dtype_kwargs, hub_kwargs, load_error, require
 from r2med.retrievers.dense import compiled, pooling
@@ -152,13 +152,15 @@ class TransformersEncoder(BaseEncoder):
         return dict(batch)
 
     def _encode_rows(self, prepared: Prepared, rows: list[int], kind: Kind, instruction: str,
-                     inputs: Any = None) -> np.ndarray:
+                     inputs: Any = None) -> Launched:
         tower = self._tower(kind)
         _, prompt = prepared.state
         host = inputs if inputs is not None else self._inputs(prepared, rows, kind)
         inputs = {key: value.to(self.device, non_blocking=True) for key, value in host.items()}
+        # the vectors stay on the device, launched: they are taken to the host (without blocking on CUDA) once the
+        # next batch is running (batching.run_batches' finish)
         if not self.compile:
-            return self._vectors(tower.model, inputs, prompt)
+            return Launched(self._vectors(tower.model, inputs, prompt))
         if tower.compiled is None:
             tower.compiled = compiled.compile_model(tower.model)
         try:
@@ -169,14 +171,16 @@ class TransformersEncoder(BaseEncoder):
             raise compiled.compile_failed(self.name, self.device, exc) from exc
         if not tower.checked:  # the tower's first batch: eager is the reference
             worst = compiled.check_compiled(self.name, self.autocast or self.dtype,
-                                            self._vectors(tower.model, inputs, prompt), vectors)
+                                            self._vectors(tower.model, inputs, prompt).cpu().numpy(),
+                                            vectors.cpu().numpy())
             tower.checked = True
             logger.info("%s: --compile checked on a first batch of %d texts: worst per-text cosine %.7f against "
                         "eager", self.name, len(rows), worst)
-        return vectors
+        return Launched(vectors)
 
-    def _vectors(self, model: Any, inputs: dict[str, Any], prompt: int) -> np.ndarray:
-        """Pooled (and, as the recipe says, normalised) vectors of the batch ``inputs`` through ``model``."""
+    def _vectors(self, model: Any, inputs: dict[str, Any], prompt: int) -> Any:
+        """Pooled (and, as the recipe says, normalised) float32 vectors of the batch ``inputs`` through ``model``,
+        on the device."""
         torch = require("torch")
         extra = {"is_causal": False} if self.spec.bidirectional else {}
         autocast = torch.autocast("cuda", dtype=getattr(torch, self.autocast)) if self.autocast else nullcontext()
@@ -189,7 +193,7 @@ class TransformersEncoder(BaseEncoder):
             vectors = pooling.pool(self.spec.pooling, hidden, mask)
             if self.spec.normalize:
                 vectors = pooling.l2_normalize(vectors)
-        return vectors.float().cpu().numpy()
+        return vectors.float()
 
 
 class NVEmbedEncoder(BaseEncoder):
