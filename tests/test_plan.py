@@ -85,6 +85,9 @@ def test_a_missing_default_key_is_a_problem_of_the_plan_for_every_stage_that_sen
     # a server on this machine needs no key; a key that is set is enough
     monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
     assert cli("run", "--data-dir", sample, "--retriever", "openai:m", "--dry-run").code == 0
+    # an openai: retriever always goes to $OPENAI_BASE_URL, whatever its model id says
+    local = cli("run", "--data-dir", sample, "--retriever", "openai:voyage-3", "--dry-run")
+    assert local.code == 0 and "voyage-3 at http://127.0.0.1:9/v1" in local.out
     monkeypatch.delenv("OPENAI_BASE_URL")
     monkeypatch.setenv("VOYAGE_API_KEY", "test-key")
     assert cli("run", "--data-dir", sample, "--retriever", "voyage", "--dry-run").code == 0

@@ -171,18 +171,25 @@ def _release_memory() -> None:
 
 class Launched:
     """A batch's results as the device left them (a float tensor), on their way to the host: on CUDA copied without
-    blocking into pinned memory, behind an event; ``result()`` waits for that copy alone and gives a NumPy array.
-    Anywhere else the tensor is already on the host and ``result()`` only converts it."""
+    blocking into pinned memory on the tensor's own device's stream, behind an event recorded on that stream;
+    ``result()`` waits for that copy alone and gives a NumPy array. On any other device (MPS) the tensor is copied
+    to the host at once; on the CPU it is the host array already."""
 
     def __init__(self, tensor: Any) -> None:
         self._event = None
         if tensor.device.type == "cuda":
             torch = sys.modules["torch"]
+            # the current device may be another GPU (--device cuda:1 in this process): the copy runs on the tensor's
+            # device's stream, so the event is recorded on that stream, not on the current device's
+            stream = torch.cuda.current_stream(tensor.device)
             host = torch.empty(tensor.shape, dtype=tensor.dtype, device="cpu", pin_memory=True)
-            host.copy_(tensor, non_blocking=True)
-            self._event = torch.cuda.Event()
-            self._event.record()
+            with torch.cuda.stream(stream):
+                host.copy_(tensor, non_blocking=True)
+                self._event = torch.cuda.Event()
+                self._event.record(stream)
             tensor = host
+        elif tensor.device.type != "cpu":
+            tensor = tensor.cpu()
         self._host = tensor
 
     def result(self) -> Any:
@@ -228,12 +235,18 @@ def run_batches(
         while start < len(order):
             end = budget.cut(order, start, lengths)
             rows = order[start:end]
-            if ahead is not None and ahead[:2] == (start, end):
-                inputs = ahead[2].result()
-            else:
-                if ahead is not None:
-                    ahead[2].cancel()
-                inputs = make(rows)
+            try:
+                if ahead is not None and ahead[:2] == (start, end):
+                    inputs = ahead[2].result()
+                else:
+                    if ahead is not None:
+                        ahead[2].cancel()
+                    inputs = make(rows)
+            except BaseException:  # preparing failed or was interrupted: the batch launched before is kept
+                if pending is not None:
+                    done, pending = pending, None
+                    yield done[0], finish(done[1])  # type: ignore[misc]  # pending only with finish
+                raise
             ahead = None
             if executor is not None and end < len(order):
                 following = budget.cut(order, end, lengths)

@@ -328,9 +328,11 @@ def _retriever_extras(rspec: Any) -> tuple[tuple[str, tuple[str, ...]], ...]:
     return (found,)
 
 
-def _embeddings_hint(rspec: Any) -> str:
-    """An ``openai:<model id>`` retriever may point at a local server; a zoo API model's URL is its provider's."""
-    return EMBEDDINGS_KEY_HINT if rspec.family().name == "openai" else ""
+def _embeddings_hint(endpoint: Endpoint) -> str:
+    """Every embeddings server but Voyage's follows ``$OPENAI_BASE_URL``, which may name a local one."""
+    from r2med.retrievers.dense.api_base import VOYAGE_BASE_URL
+
+    return "" if endpoint.base_url == VOYAGE_BASE_URL else EMBEDDINGS_KEY_HINT
 
 
 def _retriever_endpoint(rspec: Any, settings: Settings, stage: str) -> Endpoint | None:
@@ -339,7 +341,7 @@ def _retriever_endpoint(rspec: Any, settings: Settings, stage: str) -> Endpoint 
     family = rspec.family().name
     if family == "openai":
         model_id = rspec.name.strip()[len("openai:"):].strip()
-        return _endpoint(stage, api_base_url(model_id, settings), model_id, None)
+        return _endpoint(stage, api_base_url(model_id, settings, zoo=False), model_id, None)
     if family == "dense":
         from r2med.retrievers.dense.zoo import model_registry
 
@@ -391,7 +393,7 @@ def _plan_retrievers(spec: PipelineSpec, settings: Settings, datasets: list, pro
         stored = _refine_retriever(spec.output, where, names, key, stored)
         if found is not None:
             endpoints.append(found)
-            _check_key(found, problems, hint=_embeddings_hint(rspec))
+            _check_key(found, problems, hint=_embeddings_hint(found))
         expansions = _expansion_files(expansion, datasets, settings, problems) if expansion is not None else ()
         stages.append(PlannedStage("retrieve", str(where), rspec.name, options=_jsonable(key), needs=rspec.needs(),
                                    extras=tuple(e for e, _ in _retriever_extras(rspec)), inputs=expansions,
@@ -508,7 +510,7 @@ def _plan_agent(spec: PipelineSpec, settings: Settings, names: list, problems: P
         found = _retriever_endpoint(search, settings, "agent search")
         if found is not None:
             endpoints.append(found)
-            _check_key(found, problems, hint=_embeddings_hint(search))
+            _check_key(found, problems, hint=_embeddings_hint(found))
     needs = merged((Need("llm-server", f"{config.llm_model} on {config.base_url}"),), needs)
     last = None
     extra["knowledge"] = agent.knowledge_dir

@@ -206,19 +206,21 @@ def system_name(name: str | os.PathLike[str], *, flag: str = "--retriever") -> s
                       fix="pass the model's directory or hub id (its last part names the results folder)")
 
 
-def api_base_url(model_id: str, settings: Any = None) -> str:
-    """The base URL an embeddings API model is sent to: Voyage's for a ``voyage`` model, else ``$OPENAI_BASE_URL``
-    or OpenAI's (``OpenAIEmbeddings``' own default).
+def api_base_url(model_id: str, settings: Any = None, *, zoo: bool = True) -> str:
+    """The base URL an embeddings model is sent to: for a zoo API model (``zoo``) Voyage's when its id names Voyage
+    (``_api_encoder`` builds ``VoyageEmbeddings`` then); otherwise ``$OPENAI_BASE_URL`` or OpenAI's, the default of
+    ``OpenAIEmbeddings`` (an ``openai:<model id>`` retriever always is one, whatever its id).
 
     >>> from dataclasses import replace
     >>> from r2med.settings import get_settings
-    >>> api_base_url("voyage-3"), api_base_url("m", replace(get_settings(), openai_base_url="http://gpu-1:8000/v1"))
-    ('https://api.voyageai.com/v1', 'http://gpu-1:8000/v1')
+    >>> local = replace(get_settings(), openai_base_url="http://gpu-1:8000/v1")
+    >>> api_base_url("voyage-3"), api_base_url("m", local), api_base_url("voyage-x", local, zoo=False)
+    ('https://api.voyageai.com/v1', 'http://gpu-1:8000/v1', 'http://gpu-1:8000/v1')
     """
     from r2med.retrievers.dense.api_base import OPENAI_BASE_URL, VOYAGE_BASE_URL
     from r2med.settings import get_settings
 
-    if "voyage" in model_id:
+    if zoo and "voyage" in model_id:
         return VOYAGE_BASE_URL
     return (settings or get_settings()).openai_base_url or OPENAI_BASE_URL
 

@@ -171,6 +171,25 @@ def test_an_error_or_an_interrupt_in_the_next_batch_still_gives_the_launched_one
     assert received == [[1, 3], [8, 6]]  # the second was launched before the third failed: kept, not lost
 
 
+def test_an_interrupt_while_the_next_batch_is_prepared_still_gives_the_launched_one():
+    log: list = []
+    calls = []
+
+    def prepare(rows):
+        calls.append(rows)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return rows
+
+    batches = run_batches(LENGTHS, _logged_run(log), TokenBudget(tokens=80, texts=3), name="t", prepare=prepare,
+                          finish=_finish(log))
+    received = []
+    with pytest.raises(KeyboardInterrupt):
+        for rows, _ in batches:
+            received.append(rows)
+    assert received == [[1, 3], [8, 6]]
+
+
 def test_launched_vectors_on_a_cpu_are_the_tensors_values():
     torch = pytest.importorskip("torch")
     from r2med.batching import Launched, finished
@@ -187,7 +206,28 @@ def test_launched_vectors_on_cuda_are_copied_to_pinned_memory_without_blocking()
         pytest.skip("no CUDA device")
     from r2med.batching import Launched
 
-    tensor = torch.randn(64, 128, device="cuda:0")
-    launched = Launched(tensor)
-    assert launched._host.is_pinned()
-    assert (launched.result() == tensor.cpu().numpy()).all()
+    # on every GPU, with cuda:0 current: the event must wait on the tensor's own device's stream; the device is
+    # kept busy first, so a result read without waiting for the copy would read stale memory
+    for index in range(torch.cuda.device_count()):
+        device = f"cuda:{index}"
+        tensor = torch.randn(4096, 1024, device=device)
+        expected = tensor.cpu().numpy()
+        with torch.cuda.device(0):
+            with torch.cuda.device(device):
+                torch.cuda._sleep(10 ** 9)
+            launched = Launched(tensor)
+        assert launched._host.is_pinned()
+        assert (launched.result() == expected).all()
+
+
+def test_launched_vectors_on_another_device_come_to_the_host():
+    torch = pytest.importorskip("torch")
+    from r2med.batching import Launched
+
+    class Elsewhere:  # a tensor of a device that is neither the CPU nor CUDA (MPS): only .cpu() reads it
+        device = torch.device("meta")
+
+        def cpu(self):
+            return torch.ones(2, 2)
+
+    assert Launched(Elsewhere()).result().tolist() == [[1.0, 1.0], [1.0, 1.0]]
