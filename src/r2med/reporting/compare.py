@@ -31,7 +31,7 @@ from r2med.reporting.columns import choose_datasets, dataset_of
 from r2med.reporting.leaderboard import RERUN_FIX
 from r2med.reporting.official import PublishedSystem, is_published, normalise_metric, normalise_metrics, published
 from r2med.reporting.paths import system_path
-from r2med.reporting.stats import PairedTest, holm, paired_test
+from r2med.reporting.stats import PairedTest, PendingTests, holm
 from r2med.store.result_set import PER_QUERY_SUFFIX, RESULT_SUFFIX, read_result_file
 from r2med.store.results import match_system
 
@@ -216,10 +216,74 @@ def compare_systems(
     """Compare ``a`` with ``b`` on ``datasets`` (default: every dataset either side has; R2MED's old names and the
     words of :func:`r2med.reporting.columns.choose_datasets` are accepted). MissingResourceError when no dataset has
     a value of ``metric`` on both sides."""
+    with start_comparison(a, b, datasets=datasets, metric=metric, n_resamples=n_resamples, seed=seed,
+                          confidence=confidence) as pending:
+        return pending.result()
+
+
+@dataclass(frozen=True)
+class _Tested:
+    """A dataset whose paired test is pending: the number of its pair in the tests, and what else its row holds."""
+
+    dataset: str
+    index: int
+    only_a: int
+    only_b: int
+    diffs: tuple[tuple[str, float], ...]
+
+
+class PendingComparison:
+    """:func:`compare_systems` with its paired tests under way (:class:`r2med.reporting.stats.PendingTests`): the
+    files are read and checked when it is made; :meth:`result` is the comparison. A context manager, as the tests."""
+
+    def __init__(self, a: str, b: str, key: str, rows: list[DatasetComparison | _Tested], tests: PendingTests,
+                 pooled: int | None) -> None:
+        self.a, self.b, self.key, self._rows, self.tests, self._pooled = a, b, key, rows, tests, pooled
+
+    def result(self) -> Comparison:
+        done = self.tests.result()
+        rows = [r if isinstance(r, DatasetComparison) else
+                DatasetComparison(r.dataset, done[r.index].mean_a, done[r.index].mean_b, done[r.index], None,
+                                  r.only_a, r.only_b, diffs=r.diffs)
+                for r in self._rows]
+        tested = [r for r in rows if r.test is not None]
+        perm_holm = holm([r.test.permutation_p for r in tested])  # type: ignore[union-attr]
+        t_holm = holm([r.test.t_p for r in tested])  # type: ignore[union-attr]
+        adjusted = {r.dataset: (p, t) for r, p, t in zip(tested, perm_holm, t_holm)}
+        rows = [
+            DatasetComparison(r.dataset, r.mean_a, r.mean_b, r.test, r.reason, r.only_a, r.only_b,
+                              *adjusted.get(r.dataset, (None, None)), diffs=r.diffs)
+            for r in rows
+        ]
+        pooled = None if self._pooled is None else done[self._pooled]
+        pooled_reason = None if pooled else "no dataset has per-query values of both systems; no test is possible"
+        return Comparison(self.a, self.b, self.key, tuple(rows), pooled, tuple(r.dataset for r in tested),
+                          pooled_reason)
+
+    def __enter__(self) -> "PendingComparison":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.tests.close()
+
+
+def start_comparison(
+    a: SystemSource,
+    b: SystemSource,
+    *,
+    datasets: Sequence[str] | None = None,
+    metric: str = "ndcg_at_10",
+    n_resamples: int = 10000,
+    seed: int = 0,
+    confidence: float = 0.95,
+    meanwhile: bool = False,
+) -> PendingComparison:
+    """:func:`compare_systems`, its files read and checked now (the same errors) and its tests started
+    (``meanwhile``: the caller has other work to do, so they may run in a worker; the numbers are the same)."""
     key = normalise_metric(metric)
     names = choose_datasets({*a.datasets(), *b.datasets()}, list(datasets) if datasets else None)
-    options = {"n_resamples": n_resamples, "seed": seed, "confidence": confidence}
-    rows: list[DatasetComparison] = []
+    rows: list[DatasetComparison | _Tested] = []
+    pairs: list[tuple[list[float], list[float]]] = []
     pooled_a: list[float] = []
     pooled_b: list[float] = []
     for ds in names:
@@ -231,11 +295,11 @@ def compare_systems(
                                ds, only_a, a.label, only_b, b.label)
             if len(common) >= 2:
                 xa, xb = [qa[q] for q in common], [qb[q] for q in common]
-                test = paired_test(xa, xb, **options)
+                pairs.append((xa, xb))
                 pooled_a += xa
                 pooled_b += xb
                 diffs = tuple((q, qa[q] - qb[q]) for q in common)
-                rows.append(DatasetComparison(ds, test.mean_a, test.mean_b, test, None, only_a, only_b, diffs=diffs))
+                rows.append(_Tested(ds, len(pairs) - 1, only_a, only_b, diffs))
                 continue
             reason = f"only {len(common)} queries in common; a paired test needs at least 2"
             rows.append(DatasetComparison(ds, None, None, None, reason, only_a, only_b))
@@ -251,22 +315,16 @@ def compare_systems(
             reason = (f"only aggregate numbers for {' and '.join(aggregate_only)} (no per-query values): "
                       "a paired test is not possible")
         rows.append(DatasetComparison(ds, mean_a, mean_b, None, reason))
-    if not any(r.mean_a is not None and r.mean_b is not None for r in rows):
+    if not any(isinstance(r, _Tested) or (r.mean_a is not None and r.mean_b is not None) for r in rows):
         sides = "; ".join(f"{s.label} has {', '.join(_held(s, key)) or 'none'}" for s in (a, b))
         asked = f" among {', '.join(names)}" if datasets else ""
         raise MissingResourceError(f"{a.label} and {b.label} share no dataset with {key} results{asked}: {sides}")
-    tested = [r for r in rows if r.test is not None]
-    perm_holm = holm([r.test.permutation_p for r in tested])  # type: ignore[union-attr]
-    t_holm = holm([r.test.t_p for r in tested])  # type: ignore[union-attr]
-    adjusted = {r.dataset: (p, t) for r, p, t in zip(tested, perm_holm, t_holm)}
-    rows = [
-        DatasetComparison(r.dataset, r.mean_a, r.mean_b, r.test, r.reason, r.only_a, r.only_b,
-                          *adjusted.get(r.dataset, (None, None)), diffs=r.diffs)
-        for r in rows
-    ]
-    pooled = paired_test(pooled_a, pooled_b, **options) if len(pooled_a) >= 2 else None
-    pooled_reason = None if pooled else "no dataset has per-query values of both systems; no test is possible"
-    return Comparison(a.label, b.label, key, tuple(rows), pooled, tuple(r.dataset for r in tested), pooled_reason)
+    pooled = None
+    if len(pooled_a) >= 2:
+        pairs.append((pooled_a, pooled_b))
+        pooled = len(pairs) - 1
+    tests = PendingTests(pairs, meanwhile=meanwhile, n_resamples=n_resamples, seed=seed, confidence=confidence)
+    return PendingComparison(a.label, b.label, key, rows, tests, pooled)
 
 
 def _held(side: SystemSource, key: str) -> list[str]:

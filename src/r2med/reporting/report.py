@@ -20,6 +20,7 @@ result set's manifest first; a missing or damaged file is named in a note and no
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from collections.abc import Callable, Sequence
@@ -31,7 +32,7 @@ from r2med.errors import InvalidInputError, MissingResourceError, R2MedError, Us
 from r2med.io.jsonsafe import JSONLimitError, loads
 from r2med.reporting import INLINE_QUERIES
 from r2med.reporting.breakdown import by_body_system, by_task, dataset_dir, task_members
-from r2med.reporting.compare import SystemSource, compare_systems, comparison_rows
+from r2med.reporting.compare import SystemSource, comparison_rows, start_comparison
 from r2med.reporting.board import board, legend_text
 from r2med.reporting.leaderboard import (
     Refused,
@@ -274,8 +275,24 @@ def recorded_dataset(dataset: str, picks: list[tuple[str, SystemResults]]
     return None
 
 
-def _drill_dataset(dataset: str, picks: list[tuple[str, SystemResults]], options: ReportOptions,
-                   settings: Settings, diffs: dict[str, float]) -> dict:
+@dataclass
+class _DrillInputs:
+    """What a dataset's drill-down shows, read (the slow part: the dataset and the runs): ``runs``, ``values``,
+    ``expansions`` and ``trajectories`` by label; ``data`` is None when the texts cannot be shown."""
+
+    dataset: str
+    folder: Path | None
+    data: Any
+    notes: list[str]
+    runs: dict[str, Any]
+    values: dict[str, dict[str, float]]
+    expansions: dict[str, tuple[dict[str, str] | None, str]]
+    trajectories: dict[str, tuple[dict[str, dict] | None, str]]
+
+
+def _read_drill(dataset: str, picks: list[tuple[str, SystemResults]], options: ReportOptions,
+                settings: Settings) -> _DrillInputs:
+    """Read what ``dataset``'s drill-down shows; R2MedError when a run cannot be used."""
     from r2med.datasets.local import load_dir
     from r2med.store.runs import read_run
 
@@ -308,6 +325,14 @@ def _drill_dataset(dataset: str, picks: list[tuple[str, SystemResults]], options
         trajectories[label] = _trajectory_source(s.system, run_files[0])
         if trajectories[label][1]:
             notes.append(f"{label}: {trajectories[label][1]}")
+    return _DrillInputs(dataset, folder, data, notes, runs, values, expansions, trajectories)
+
+
+def _drill_dataset(read: _DrillInputs, options: ReportOptions, diffs: dict[str, float]) -> dict:
+    """A dataset's drill-down section: its queries ordered by ``|A - B|`` (``diffs``; ties and queries without a
+    difference keep the runs' order), each with both systems' top documents."""
+    dataset, folder, data, runs, values = read.dataset, read.folder, read.data, read.runs, read.values
+    expansions, trajectories, notes = read.expansions, read.trajectories, list(read.notes)
     order = list(dict.fromkeys(q for run in runs.values() for q in run))  # run order, A's queries first
     qids = sorted(order, key=lambda q: -abs(diffs.get(q, 0.0)))  # stable: ties keep the run order
     if options.max_queries is not None:
@@ -395,8 +420,6 @@ def _build_report(result_dir: Path, options: ReportOptions, settings: Settings |
                   ) -> tuple[str, dict[Path, str], list[Refused], int]:
     """The page, its drill-down pages (path -> HTML: none unless ``output`` is given and the drill-down holds more
     than ``options.inline_queries`` queries), the systems refused, and how many systems of ``result_dir`` it shows."""
-    from r2med import __version__
-
     settings = settings or get_settings()
     found, refused = survey(Path(result_dir))
     if not found and refused:
@@ -408,24 +431,51 @@ def _build_report(result_dir: Path, options: ReportOptions, settings: Settings |
     data = board(rows, options.metric, refused=refused)
     a = _pick(systems, rows, options.system_a, None)
     b = _pick(systems, rows, options.system_b, a) if a is not None else None
-    comparison, comparison_note, diffs = None, "", {}
-    cmp = None
+    comparison_note = ""
+    pending = None
     if a is not None and b is not None:
         held = {*systems[a].scores, *systems[b].scores}  # a dataset only a third system holds is not theirs to compare
         shown = [name for name in data["datasets"] if name in held]
         try:
             if not shown:
                 raise MissingResourceError(f"{a} and {b} hold none of the datasets shown ({', '.join(data['datasets'])})")
-            cmp = compare_systems(SystemSource(a, a, directory=systems[a].directory),
-                                  SystemSource(b, b, directory=systems[b].directory), datasets=shown,
-                                  metric=options.metric, n_resamples=options.n_resamples, seed=options.seed)
+            # the tests run (in a worker, when they are many) while the drill-down is read and the plots drawn
+            pending = start_comparison(SystemSource(a, a, directory=systems[a].directory),
+                                       SystemSource(b, b, directory=systems[b].directory), datasets=shown,
+                                       metric=options.metric, n_resamples=options.n_resamples, seed=options.seed,
+                                       meanwhile=True)
         except MissingResourceError as exc:  # A and B share no dataset
             comparison_note = str(exc)
+    with pending if pending is not None else contextlib.nullcontext():
+        return _finish_report(result_dir, options, settings, output, found=found, refused=refused, rows=rows,
+                              data=data, picks=[(name, systems[name]) for name in (a, b) if name is not None],
+                              pending=pending, comparison_note=comparison_note)
+
+
+def _finish_report(result_dir: Path, options: ReportOptions, settings: Settings, output: Path | None, *,
+                   found: list[SystemResults], refused: list[Refused], rows: list[Row], data: dict,
+                   picks: list[tuple[str, SystemResults]], pending: Any, comparison_note: str
+                   ) -> tuple[str, dict[Path, str], list[Refused], int]:
+    """The rest of :func:`_build_report`, while ``pending`` (the comparison of the ``picks``, or None) is computed."""
+    from r2med import __version__
+
+    read: list[_DrillInputs | dict] = []
+    for dataset in data["datasets"]:
+        if any(dataset in s.files for _, s in picks):
+            try:
+                read.append(_read_drill(dataset, picks, options, settings))
+            except R2MedError as exc:
+                logger.warning("%s: drill-down not available: %s", dataset, exc)  # said on the page too
+                read.append({"dataset": dataset, "notes": [f"drill-down not available: {exc}"], "queries": []})
+    bars_svg = leaderboard_svg(rows, data["datasets"], data["average_label"])
+    breakdowns = _breakdowns(rows, found, options, settings)
+    comparison, diffs = None, {}
+    cmp = pending.result() if pending is not None else None
     if cmp is not None:
         headers, body = comparison_rows(cmp)
         diffs = {r.dataset: dict(r.diffs) for r in cmp.datasets}
         has_tests = any(r.test for r in cmp.datasets)
-        comparison = {"a": a, "b": b, "headers": headers, "rows": body,
+        comparison = {"a": cmp.a, "b": cmp.b, "headers": headers, "rows": body,
                       "svg": win_loss_svg(cmp) if has_tests else "",
                       "legend": f"{cmp.metric} x100; perm p: paired randomization test ({options.n_resamples} resamples, "
                                 f"seed {options.seed}); Holm p: adjusted over the datasets tested; CI: paired bootstrap "
@@ -433,15 +483,7 @@ def _build_report(result_dir: Path, options: ReportOptions, settings: Settings |
     elif not comparison_note:
         comparison_note = ("A per-query comparison needs two systems with per-query files (<Dataset>.per_query.jsonl, "
                            "written by 'r2med run') in the result directory.")
-    picks = [(name, systems[name]) for name in (a, b) if name is not None]
-    drill = []
-    for dataset in data["datasets"]:
-        if any(dataset in s.files for _, s in picks):
-            try:
-                drill.append(_drill_dataset(dataset, picks, options, settings, diffs.get(dataset, {})))
-            except R2MedError as exc:
-                logger.warning("%s: drill-down not available: %s", dataset, exc)  # said on the page too
-                drill.append({"dataset": dataset, "notes": [f"drill-down not available: {exc}"], "queries": []})
+    drill = [r if isinstance(r, dict) else _drill_dataset(r, options, diffs.get(r.dataset, {})) for r in read]
     title = Path(result_dir).name or str(result_dir)
     pages: dict[Path, str] = {}
     for section in drill:
@@ -459,8 +501,7 @@ def _build_report(result_dir: Path, options: ReportOptions, settings: Settings |
     page = render_template(
         "report.html.j2", title=title, source=str(result_dir), version=__version__,
         board=data, legend=legend_text(data["metric"], data["datasets"]),
-        bars_svg=leaderboard_svg(rows, data["datasets"], data["average_label"]),
-        breakdowns=_breakdowns(rows, found, options, settings), comparison=comparison,
+        bars_svg=bars_svg, breakdowns=breakdowns, comparison=comparison,
         comparison_note=comparison_note, drill=drill,
     )
     return page, pages, refused, len(found)

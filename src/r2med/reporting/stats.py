@@ -23,21 +23,36 @@ systems) the tests are degenerate (the t statistic is 0/0): the result is then p
 tests and the interval [0, 0], which is what the tests mean in the limit and what the
 permutation test gives anyway. When every difference is the same non-zero value, the interval is
 that value (every resample has that mean) and the t-test gives t = +-inf, p = 0, as scipy does.
+
+:class:`PendingTests` runs many tests while its caller does other work (the report reads runs and draws while they
+run): in a forked worker process (:mod:`r2med.forking`) when the tests are many and another core is free, else
+here when their results are asked for. The numbers are the same either way (each test has its own generator); a
+worker that dies is replaced by computing the tests here, with a warning.
 """
 
 from __future__ import annotations
 
 import inspect
+import logging
 import math
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 
 import numpy as np
+
+from r2med.forking import fork_is_safe, forked_pool, stop_pool, usable_cores
+
+logger = logging.getLogger(__name__)
 
 #: Differences within this of zero count as ties.
 TIE_TOLERANCE = 1e-12
 #: resamples scipy handles per vectorised call (the numbers do not depend on it; see the module docstring)
 RESAMPLE_BATCH = 1000
+#: a :class:`PendingTests` of fewer paired values than this (over its tests) runs here: a worker would save little
+#: (the R2MED-sized report compares 2 x 876 paired values; its tests, with scipy's import, take ~2 s of one core)
+BACKGROUND_MIN_VALUES = 500
 
 
 @dataclass(frozen=True)
@@ -156,3 +171,71 @@ def paired_test(
         t_p=t_p,
         **common,
     )
+
+
+Pair = tuple[Sequence[float], Sequence[float]]
+
+
+def paired_tests(pairs: Sequence[Pair], **options: object) -> list[PairedTest]:
+    """:func:`paired_test` of each ``(a, b)`` of ``pairs``, in order (``options``: its keyword arguments)."""
+    return [paired_test(a, b, **options) for a, b in pairs]  # type: ignore[arg-type]
+
+
+def _in_worker(pairs: Sequence[Pair], options: dict[str, object]) -> list[PairedTest]:
+    """What a :class:`PendingTests` worker runs (a name of its own, so a test can make the worker die)."""
+    return paired_tests(pairs, **options)
+
+
+class PendingTests:
+    """:func:`paired_tests` of ``pairs``, started now and read with :meth:`result`: with ``meanwhile`` (the caller
+    has other work to do until then), in a forked worker when there are at least ``BACKGROUND_MIN_VALUES`` paired
+    values, another core and a safe fork; else computed here by :meth:`result`. Use it as a context manager: leaving
+    the block stops the worker (an error or Ctrl-C in the caller leaves no process behind).
+
+    >>> with PendingTests([([0.5, 1.0, 0.0], [0.25, 0.5, 0.0])], n_resamples=100) as pending:
+    ...     [(t.mean_diff, t.wins, t.ties) for t in pending.result()]
+    [(0.25, 2, 1)]
+    """
+
+    def __init__(self, pairs: Sequence[Pair], *, meanwhile: bool = False, **options: object) -> None:
+        self._pairs, self._options = list(pairs), options
+        self._results: list[PairedTest] | None = None
+        self._pool: ProcessPoolExecutor | None = None
+        self._future: Future | None = None
+        values = sum(len(a) for a, _ in self._pairs)
+        if meanwhile and values >= BACKGROUND_MIN_VALUES and usable_cores() > 1 and fork_is_safe():
+            self._pool = forked_pool(1)
+            self._future = self._pool.submit(_in_worker, self._pairs, options)
+
+    @property
+    def in_worker(self) -> bool:
+        """Whether the tests were given to a worker process."""
+        return self._future is not None
+
+    def result(self) -> list[PairedTest]:
+        """The tests, in the order of the pairs (waits for the worker, if any)."""
+        if self._results is None and self._future is not None:
+            try:
+                self._results = self._future.result()
+            except BrokenProcessPool:  # killed (out of memory, a signal): the same numbers, computed here
+                logger.warning("the worker computing the paired tests died; computing them here")
+            finally:
+                if self._results is not None and self._pool is not None:
+                    self._pool.shutdown(wait=True)  # done: the worker exits on its own
+                    self._pool = None
+                self.close()
+        if self._results is None:
+            self._results = paired_tests(self._pairs, **self._options)
+        return self._results
+
+    def close(self) -> None:
+        """Stop the worker, if one runs (its tests are not needed any more)."""
+        pool, self._pool, self._future = self._pool, None, None
+        if pool is not None:
+            stop_pool(pool)
+
+    def __enter__(self) -> "PendingTests":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

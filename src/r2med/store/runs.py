@@ -4,8 +4,10 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
+import re
 from pathlib import Path
 from typing import IO
 
@@ -61,6 +63,42 @@ def _read_trec(lines: HashingLines, run: Run) -> None:
             _add(run, qid, did, score, path=name, line=number, problems=problems)
 
 
+#: a TREC run line of the plain form (what r2med and most tools write): six fields of printable ASCII (so every id
+#: passes the id rule) apart by spaces or tabs, the fifth a decimal number (a form :func:`r2med.numbers.parse_decimal`
+#: reads as ``float`` does)
+_PLAIN_LINE = (r"[!-~]+[ \t]+[!-~]+[ \t]+[!-~]+[ \t]+[!-~]+[ \t]+[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
+               r"[ \t]+[!-~]+[ \t\r]*")
+_PLAIN_FILE = re.compile(rf"(?:{_PLAIN_LINE}\n)*(?:{_PLAIN_LINE})?", re.ASCII)
+
+
+def _read_plain_trec(path: Path) -> Run | None:
+    """The run of a TREC file whose every line has the plain form (``_PLAIN_LINE``), every score finite and every
+    document once per query, read in one pass; ``None`` for any other file, which the line-by-line reader then
+    reads (and names each problem of): the same run either way (tests/store/test_runs_fast.py)."""
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except (UnicodeDecodeError, OSError):
+        return None
+    if not text or _PLAIN_FILE.fullmatch(text) is None:
+        return None
+    run = Run(name=path.stem)
+    added = 0
+    for line in text.split("\n"):
+        fields = line.split()
+        if fields:
+            qid, _, did, _, score, run.name = fields  # the tag of the last line, as the line-by-line reader keeps
+            docs = run.get(qid)
+            if docs is None:
+                docs = run[qid] = {}
+            docs[did] = float(score)
+            added += 1
+    if added == 0 or added != sum(map(len, run.values())):  # a document twice for a query: said line by line
+        return None
+    if not all(map(math.isfinite, itertools.chain.from_iterable(docs.values() for docs in run.values()))):
+        return None  # 1e999: said line by line
+    return run
+
+
 def _read_topk(lines: HashingLines, run: Run) -> None:
     name, problems = str(lines.path), lines.problems
     for number, row in iter_jsonl(lines):
@@ -105,10 +143,15 @@ def read_run(path: Path) -> Run:
     path = Path(path)
     if not path.is_file():
         raise MissingResourceError(f"{path}: run file not found")
+    jsonl = sniff_is_jsonl(path)
+    if not jsonl:
+        plain = _read_plain_trec(path)
+        if plain is not None:
+            return plain
     problems = Problems()
     run = Run(name=path.stem)
     lines = HashingLines(path, problems)
-    (_read_topk if sniff_is_jsonl(path) else _read_trec)(lines, run)
+    (_read_topk if jsonl else _read_trec)(lines, run)
     if problems.errors:
         raise InvalidInputError(f"{path}: the run cannot be read ({len(problems.errors)} problems)", problems.errors)
     if not run:

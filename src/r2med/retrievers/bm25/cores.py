@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import itertools
-import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 import numpy as np
+
+from r2med.forking import usable_cores
 
 __all__ = ["default_workers", "in_threads", "row_parts"]
 
@@ -18,10 +19,7 @@ R = TypeVar("R")
 
 def default_workers() -> int:
     """The cores this process may use."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
+    return usable_cores()
 
 
 def in_threads(fn: Callable[[T], R], items: Sequence[T], workers: int | None = None) -> list[R]:

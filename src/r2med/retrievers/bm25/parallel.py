@@ -14,26 +14,16 @@ texts from the parent's memory without copying them; only small arrays and term 
 Where ``fork`` is not available or not safe (a JVM in the process), or the corpus is small,
 everything runs in this process.
 
-Workers never outlive their parent: each asks the kernel for SIGTERM when the parent dies
-(``prctl(PR_SET_PDEATHSIG)`` on Linux) and runs a watchdog thread that exits when its parent process
-changes (every platform), and the parent terminates them when it is interrupted (Ctrl-C, or SIGTERM,
-which ``r2med`` turns into the same interruption). Workers ignore Ctrl-C themselves: the parent stops them.
+Workers never outlive their parent, and the parent stops them when it is interrupted (:mod:`r2med.forking`).
 """
 
 from __future__ import annotations
 
-import ctypes
 import gc
 import logging
-import multiprocessing
-import os
-import signal
-import sys
-import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
 
+from r2med.forking import fork_is_safe, forked_pool, stop_pool
 from r2med.retrievers.bm25.analyzer import EnglishAnalyzer
 from r2med.retrievers.bm25.chunks import NativeChunkTable
 from r2med.retrievers.bm25.cores import default_workers
@@ -82,63 +72,6 @@ def _work(bounds: tuple[int, int]) -> SliceCounts:
     gc.disable()  # this worker process is ours; its allocations are acyclic lists and strings
     analyzer = _ANALYZER or EnglishAnalyzer()
     return slice_counts(*analyzer.term_ids(_TEXTS[bounds[0]:bounds[1]]))
-
-
-#: prctl option: the signal this process gets when its parent dies (linux/prctl.h)
-PR_SET_PDEATHSIG = 1
-#: seconds between the watchdog's looks at the parent
-WATCH_INTERVAL = 0.25
-
-
-def _worker_init(parent: int) -> None:
-    """Run first in every worker: die with the parent ``parent`` (its pid), leave interruptions to it."""
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not a handler inherited from the parent (r2med's raises)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent stops the workers
-    if sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
-        except (OSError, AttributeError):  # no libc symbol: the watchdog alone
-            pass
-    if os.getppid() != parent:  # the parent died before the prctl: no signal will come
-        os._exit(1)
-    threading.Thread(target=_watch_parent, args=(parent,), name="r2med-parent-watch", daemon=True).start()
-
-
-def _watch_parent(parent: int) -> None:
-    """Exit this worker once its parent is gone (it is re-parented, so ``getppid`` changes)."""
-    while os.getppid() == parent:
-        time.sleep(WATCH_INTERVAL)
-    os._exit(1)
-
-
-def _stop(pool: ProcessPoolExecutor) -> None:
-    """Terminate the pool's workers now (the parent was interrupted) and wait briefly for them."""
-    terminate = getattr(pool, "terminate_workers", None)  # Python 3.14+
-    if callable(terminate):
-        terminate()
-        return
-    processes = list((getattr(pool, "_processes", None) or {}).values())
-    for process in processes:
-        process.terminate()
-    # no cancel_futures: the manager thread fails the pending futures itself (BrokenProcessPool), nothing races it
-    pool.shutdown(wait=False)
-    for process in processes:
-        process.join(timeout=5)
-
-
-def fork_is_safe() -> bool:
-    """Whether worker processes may be forked from this one.
-
-    Forking copies nothing, but a fork taken while a JVM runs in the process (Pyserini, for one)
-    can deadlock the child, so then everything stays in this process.
-    """
-    if "fork" not in multiprocessing.get_all_start_methods():
-        return False
-    try:
-        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
-            return "libjvm" not in maps.read()
-    except OSError:
-        return True
 
 
 def analyze_and_count(
@@ -202,8 +135,7 @@ def _analyze_and_count(
     _TEXTS, _ANALYZER = texts, analyzer
     try:
         # a dead worker raises BrokenProcessPool here instead of hanging, as multiprocessing.Pool would
-        pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"), initializer=_worker_init,
-                                   initargs=(os.getpid(),))
+        pool = forked_pool(workers)
         # submit + result, not pool.map: map's generator cancels the pending futures from this thread when it is
         # interrupted, racing the pool's manager thread, which then sets BrokenProcessPool on a cancelled future
         # (InvalidStateError printed after "r2med: interrupted")
@@ -218,7 +150,7 @@ def _analyze_and_count(
         try:  # each slice is counted here as it arrives, while the workers analyse the next ones
             merged = merge_slice_counts(finished(), workers=workers)
         except BaseException:  # interrupted (KeyboardInterrupt, SIGTERM) or failed: no worker keeps running
-            _stop(pool)
+            stop_pool(pool)
             raise
         pool.shutdown(wait=True)
     finally:

@@ -36,6 +36,7 @@ import numpy as np
 
 from r2med.batching import TextTooLongError
 from r2med.errors import ProviderError, UsageError
+from r2med.forking import watch_parent
 from r2med.hf import require
 from r2med.io.progress import Reporter, progress_bar
 from r2med.retrievers.dense.base import Kind, kind_label, kind_unit
@@ -349,20 +350,14 @@ def _stop(workers: list[_Worker], results: Any, abort: bool) -> None:
         results.close()
 
 
-def _watch_parent(parent: int) -> None:
-    """Exit this worker as soon as the process that started it is gone (killed: nothing else would stop it)."""
-    while True:
-        if os.getppid() != parent:
-            os._exit(3)
-        time.sleep(0.5)
-
-
 def _worker_main(index: int, device: str, build: Callable[..., Any], spec: Any, options: dict[str, Any],
                  setup: Callable[[Any], None] | None, tasks: Any, results: Any, parent: int,
                  threads: int | None) -> None:
     """A worker: make the encoder on ``device`` (on its first task), then run tasks until told to stop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it stops the workers
-    threading.Thread(target=_watch_parent, args=(parent,), daemon=True, name="r2med-watch-parent").start()
+    # exit as soon as the process that started it is gone (killed: nothing else would stop it)
+    threading.Thread(target=watch_parent, args=(parent,), kwargs={"interval": 0.5, "exit_code": 3}, daemon=True,
+                     name="r2med-watch-parent").start()
     if threads is not None:
         import torch
 
