@@ -63,8 +63,8 @@ def require(module: str, extra: str = "dense", purpose: str | None = None) -> An
 def resolve_device(device: str | None) -> str:
     """``None``/``auto`` -> ``cuda`` if available, else ``mps``, else ``cpu``; checks what is asked for.
 
-    One device: a list (``cuda:0,cuda:2``, which the dense encoders spread over, ``resolve_devices``) names its
-    first here, for the components that run on one device (the pointwise rerankers), with a note in the log.
+    One device: a list (``cuda:0,cuda:2``, which the dense encoders and the local rerankers spread over,
+    ``resolve_devices``) names its first here, with a note in the log.
     """
     torch = require("torch")
     wanted = (device or "auto").strip().lower()

@@ -24,8 +24,11 @@ DOCUMENTS = [" ".join(WORDS[(3 * i + j) % len(WORDS)] for j in range(1 + (7 * i)
 
 @pytest.fixture(scope="module")
 def tiny_cross_encoder(tmp_path_factory):
-    """A random-weight BERT cross-encoder in tiny-bert's shape (one logit), with tiny-bert's tokenizer."""
-    folder = tmp_path_factory.mktemp("tiny-ce")
+    return make_tiny_cross_encoder(tmp_path_factory.mktemp("tiny-ce"))
+
+
+def make_tiny_cross_encoder(folder):
+    """A random-weight BERT cross-encoder in tiny-bert's shape (one logit), with tiny-bert's tokenizer, in ``folder``."""
     config = transformers.AutoConfig.from_pretrained(DATA / "dense" / "tiny-bert", num_labels=1,
                                                      architectures=["BertForSequenceClassification"])
     torch.manual_seed(7)

@@ -24,8 +24,8 @@ ON_ERROR = ("raise", "keep")
 class PointwiseOptions:
     """A (query, document) scorer on this machine: a cross-encoder."""
 
-    device: str | None = option(None, "pointwise: cpu, cuda, cuda:N or mps (of a list, the first; default: the best "
-                                "available)", keyed=False)
+    device: str | None = option(None, "pointwise: cpu, cuda (every visible GPU), cuda:N, a list cuda:0,cuda:2 (one "
+                                "worker process per device) or mps (default: the best available)", keyed=False)
     dtype: str | None = option(None, "pointwise: weights on CUDA (default float32; float16 for RankLLaMA); float32 "
                                "elsewhere", choices=DTYPES)
     batch_size: int | None = option(None, "pointwise: pairs per batch (default 32; 8 for RankLLaMA)", minimum=1,

@@ -135,20 +135,23 @@ def resolve_reranker(name: str) -> RerankerSpec:
 
 def _cross_encoder(spec: RerankerSpec, options: PointwiseOptions, runtime: Runtime) -> Reranker:
     from r2med.rerankers.cross_encoder import CrossEncoderScorer
+    from r2med.rerankers.devices import scorer_on_devices
 
-    scorer = CrossEncoderScorer(
-        str(spec.model), max_length=options.max_length or spec.max_length, device=options.device,
+    scorer = scorer_on_devices(
+        CrossEncoderScorer, str(spec.model), max_length=options.max_length or spec.max_length, device=options.device,
         dtype=options.dtype or spec.dtype, score_column=spec.score_column, batch_tokens=options.batch_tokens,
     )
     return _pointwise(spec, options, runtime, scorer, default_batch_size=32)
 
 
 def _rankllama(spec: RerankerSpec, options: RankLlamaOptions, runtime: Runtime) -> Reranker:
+    from r2med.rerankers.devices import scorer_on_devices
     from r2med.rerankers.rankllama import RankLlamaScorer
 
-    scorer = RankLlamaScorer(
-        str(spec.model), options.base_model or spec.base_model, max_length=options.max_length or spec.max_length or 1024,
-        device=options.device, dtype=options.dtype or spec.dtype, batch_tokens=options.batch_tokens,
+    scorer = scorer_on_devices(
+        RankLlamaScorer, str(spec.model), options.base_model or spec.base_model,
+        max_length=options.max_length or spec.max_length or 1024, device=options.device,
+        dtype=options.dtype or spec.dtype, batch_tokens=options.batch_tokens,
     )
     return _pointwise(spec, options, runtime, scorer, default_batch_size=8)
 
@@ -270,9 +273,12 @@ def _qwen3_reranker(spec: RerankerSpec, options: Qwen3RerankerOptions, runtime: 
             tokenizer=options.tokenizer or _cached_tokenizer(str(spec.model)),
             max_length=options.max_length or spec.max_length or 8192)
         return _pointwise(spec, options, runtime, scorer, default_batch_size=max(32, 4 * options.concurrency))
-    scorer = qwen3.Qwen3RerankerScorer(str(spec.model), max_length=options.max_length or spec.max_length or 8192,
-                                       instruction=options.instruction, device=options.device,
-                                       dtype=options.dtype or spec.dtype, batch_tokens=options.batch_tokens)
+    from r2med.rerankers.devices import scorer_on_devices
+
+    scorer = scorer_on_devices(qwen3.Qwen3RerankerScorer, str(spec.model),
+                               max_length=options.max_length or spec.max_length or 8192,
+                               instruction=options.instruction, device=options.device,
+                               dtype=options.dtype or spec.dtype, batch_tokens=options.batch_tokens)
     return _pointwise(spec, options, runtime, scorer, default_batch_size=8)
 
 

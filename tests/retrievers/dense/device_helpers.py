@@ -45,3 +45,11 @@ def small_memory(encoder) -> None:
             raise torch.OutOfMemoryError("CUDA out of memory (a test double)")
 
     _wrap(encoder, check)
+
+
+def nv_embed_double(encoder) -> None:
+    """NV-Embed's model replaced by the tests' double (``test_nv_embed_batches.FakeNVEmbed``): its weights and remote
+    code are not needed for the batching."""
+    from test_nv_embed_batches import FakeNVEmbed
+
+    encoder._model = FakeNVEmbed()

@@ -47,7 +47,7 @@ def test_cuda_is_every_visible_gpu_and_a_list_picks(monkeypatch):
     assert resolve_devices(None) == ["cuda:0", "cuda:1", "cuda:2"]  # auto: the best there is, all of it
     assert resolve_devices("cuda:0, CUDA:2") == ["cuda:0", "cuda:2"]
     assert resolve_devices("cuda:1") == ["cuda:1"]
-    assert resolve_device("cuda:2,cuda:0") == "cuda:2"  # one-device components (rerankers) take the first
+    assert resolve_device("cuda:2,cuda:0") == "cuda:2"  # one device: a list names its first
     _gpus(monkeypatch, 1)
     assert resolve_devices("cuda") == ["cuda"]  # one GPU: as before, no worker process
 

@@ -9,9 +9,11 @@ unnormalised test recipes; measured: at most 4.8e-7, one unit in the last place)
 
 from __future__ import annotations
 
+import json
 import random
 import shutil
 from contextlib import nullcontext
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -109,12 +111,29 @@ def _spec(model_dir, **fields) -> ModelSpec:
     return ModelSpec(**{**base, **fields})
 
 
+def tiny_sentence_transformer(folder):
+    """A sentence-transformers folder around tiny-bert (mean pooling), in ``folder`` (made once)."""
+    if not folder.exists():
+        shutil.copytree(TINY_BERT, folder)
+        (folder / "modules.json").write_text(json.dumps([
+            {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+            {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
+        (folder / "sentence_bert_config.json").write_text('{"max_seq_length": 64, "do_lower_case": false}')
+        (folder / "1_Pooling").mkdir()
+        (folder / "1_Pooling" / "config.json").write_text(
+            json.dumps({"word_embedding_dimension": 32, "pooling_mode_mean_tokens": True}))
+    return folder
+
+
 def _recipes(minilm_path, tmp_path):
     article = tmp_path / "article"
     if not article.exists():
         shutil.copytree(TINY_BERT, article)
+    instructor = resolve_model(str(tiny_sentence_transformer(tmp_path / "tiny-st")))
     return {
         "st-minilm": resolve_model(minilm_path),
+        # Instructor: sentence-transformers with the instruction left out of the pooling (the zoo's INSTRUCTOR recipes)
+        "instructor": replace(instructor, backend="instructor", prompt_in_pooling=False, normalize=True),
         "hf-minilm-mean": resolve_model(minilm_path, backend="transformers"),
         "bert-cls": _spec(TINY_BERT, pooling="cls"),
         "bert-mean-prompt-out": _spec(TINY_BERT, prompt_in_pooling=False, normalize=True),
@@ -129,7 +148,7 @@ def _recipes(minilm_path, tmp_path):
     }
 
 
-RECIPES = ["st-minilm", "hf-minilm-mean", "bert-cls", "bert-mean-prompt-out", "medcpt-towers", "decoder-last-left",
+RECIPES = ["st-minilm", "instructor", "hf-minilm-mean", "bert-cls", "bert-mean-prompt-out", "medcpt-towers", "decoder-last-left",
            "decoder-last-right", "bmr-append-eos", "qwen3-ensure-eos", "gritlm-bidirectional"]
 
 
@@ -162,7 +181,7 @@ def test_a_batch_of_the_same_texts_gives_the_same_bits(recipe, minilm_path, tmp_
     np.testing.assert_array_equal(encoder.encode(texts, kind="document"), expected)
 
 
-@pytest.mark.parametrize("recipe", [r for r in RECIPES if r != "st-minilm"])
+@pytest.mark.parametrize("recipe", [r for r in RECIPES if r not in ("st-minilm", "instructor")])
 def test_tokenized_once_then_padded_is_the_tokenizers_own_padding(recipe, minilm_path, tmp_path):
     encoder = make_encoder(_recipes(minilm_path, tmp_path)[recipe], device="cpu")
     for kind in ("query", "document"):
