@@ -33,6 +33,7 @@ def test_the_worker_gives_the_numbers_of_one_process(worker_always):
     with stats.PendingTests(PAIRS, meanwhile=True, n_resamples=2000, seed=5) as pending:
         assert pending.in_worker
         got = pending.result()
+        assert pending.in_worker and pending.result() is got  # computed once
     assert got == stats.paired_tests(PAIRS, n_resamples=2000, seed=5)
     assert [t.n for t in got] == [40, 40, 40] and got[0].n_resamples == 2000
 

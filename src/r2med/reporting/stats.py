@@ -203,14 +203,11 @@ class PendingTests:
         self._pool: ProcessPoolExecutor | None = None
         self._future: Future | None = None
         values = sum(len(a) for a, _ in self._pairs)
-        if meanwhile and values >= BACKGROUND_MIN_VALUES and usable_cores() > 1 and fork_is_safe():
+        #: whether the tests were given to a worker process
+        self.in_worker = meanwhile and values >= BACKGROUND_MIN_VALUES and usable_cores() > 1 and fork_is_safe()
+        if self.in_worker:
             self._pool = forked_pool(1)
             self._future = self._pool.submit(_in_worker, self._pairs, options)
-
-    @property
-    def in_worker(self) -> bool:
-        """Whether the tests were given to a worker process."""
-        return self._future is not None
 
     def result(self) -> list[PairedTest]:
         """The tests, in the order of the pairs (waits for the worker, if any)."""
