@@ -23,8 +23,8 @@ def test_the_contracts_cover_cycles_and_layers():
     assert kinds["acyclic_siblings"]["ancestors"] == ["r2med"]
     layers = kinds["layers"]["layers"]
     # reproduce() runs a pipeline: the reproduction use case sits above it; a pipeline executes a plan
-    assert layers[:4] == ["cli", "reproduction", "pipeline", "planning"]
-    assert layers.index("config") == 4 and layers.index("stages") == 5
+    assert layers[:5] == ["cli", "reproduction", "pipeline", "execution", "planning"]
+    assert layers.index("config") == 5 and layers.index("stages") == 6
 
 
 def test_import_linter_passes(capsys):

@@ -22,7 +22,7 @@ __all__ = ["Dataset", "Encoder", "Plan", "Qrels", "R2MedError", "Run", "Scores",
 #: ``r2med`` stays light)
 _LAZY = {"Encoder": "r2med.retrievers.dense.python_encoder", "reproduce": "r2med.reproduction", "run": "r2med.pipeline",
          "run_pipeline": "r2med.pipeline", "Plan": "r2med.planning", "plan": "r2med.planning",
-         "execute": "r2med.planning"}
+         "execute": "r2med.execution"}
 
 
 def __getattr__(name: str):

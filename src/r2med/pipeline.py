@@ -20,7 +20,8 @@ from typing import Any
 
 from r2med.config import PipelineSpec, RerankSpec
 from r2med.errors import UsageError
-from r2med.planning import Plan, execute, plan, reranker_key
+from r2med.execution import execute
+from r2med.planning import Plan, plan, reranker_key
 from r2med.settings import Settings
 from r2med.stages.base import DatasetResult
 

@@ -10,9 +10,9 @@ dataset's hashes are checked when it runs). Every problem found is collected: on
 one :class:`~r2med.errors.PlanError` listing them all, with the smallest exit code among them (a usage mistake
 first). Nothing is read beyond file names and stored manifests, nothing loaded, nothing contacted.
 
-:func:`execute` builds the stages the plan names, one at a time, and runs them through the one runner
-(``r2med.stages.run_stage``); ``r2med.pipeline.run_pipeline(spec)`` is ``execute(plan(spec))``. A plan describes
-itself as JSON (:meth:`Plan.to_json`) and as text (:func:`describe`): what ``--dry-run`` prints.
+:func:`r2med.execution.execute` builds the stages the plan names, one at a time, and runs them through the one
+runner (``r2med.stages.run_stage``); ``r2med.pipeline.run_pipeline(spec)`` is ``execute(plan(spec))``. A plan
+describes itself as JSON (:meth:`Plan.to_json`) and as text (:func:`describe`): what ``--dry-run`` prints.
 
 >>> from importlib import resources
 >>> from pathlib import Path
@@ -34,14 +34,17 @@ import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from r2med.config import PipelineSpec, RerankSpec
 from r2med.errors import MissingExtraError, MissingResourceError, Problems, R2MedError, UsageError
 from r2med.needs import Need, merged
-from r2med.options import Runtime, key_of
+from r2med.options import key_of
 from r2med.settings import Settings, get_settings
 from r2med.store.results import SystemPath, result_files
+
+if TYPE_CHECKING:
+    from r2med.execution import BuildContext
 
 #: which extra a retriever family imports, and the modules of it that it always imports (checked by name only;
 #: a zoo model served by an API imports none)
@@ -459,7 +462,7 @@ def _expansion_files(expansion: Any, datasets: list, settings: Settings, problem
 
 
 def _retriever_builder(rspec: Any, where: SystemPath) -> Callable[..., Any]:
-    def build(ctx: _Context) -> Any:
+    def build(ctx: BuildContext) -> Any:
         from r2med.retrievers.registry import make_retriever
         from r2med.stages.retrieve import Retrieve
 
@@ -532,7 +535,7 @@ def _plan_agent(spec: PipelineSpec, settings: Settings, names: list, problems: P
 
 
 def _agent_builder(config: Any) -> Callable[..., Any]:
-    def build(ctx: _Context) -> Any:
+    def build(ctx: BuildContext) -> Any:
         from r2med.stages.agent import Agent
 
         return Agent(config, ctx.searcher(), knowledge=ctx.knowledge(), settings=ctx.settings, top_k=ctx.spec.top_k,
@@ -617,124 +620,6 @@ def _reranker_stored(output: Path, where: SystemPath, dataset: str, key: dict) -
     except R2MedError:
         return RECOMPUTED
     return REUSED if _jsonable((config.get("reranker") or {}).get("options")) == _jsonable(key) else RECOMPUTED
-
-
-@dataclass
-class _Context:
-    """What building a stage needs at execution: the plan, where caches go, progress, the agent's client."""
-
-    plan: Plan
-    spec: PipelineSpec
-    settings: Settings
-    cache_dir: Path | None
-    progress: bool
-    client: Any
-    single: bool = False
-    search_key: dict[str, Any] | None = None
-    _searcher: Any = None
-    _knowledge: Any = False
-
-    def searcher(self) -> Any:
-        """The agent's searcher, built once for every seed (a retriever, or a retrieval server's client)."""
-        if self._searcher is None:
-            search = self.spec.agent.search_with  # type: ignore[union-attr]
-            if isinstance(search, str):
-                from r2med.agent.remote import ServerSearch
-
-                config = self.spec.agent.config  # type: ignore[union-attr]
-                self._searcher = ServerSearch(search, timeout=config.timeout, max_retries=config.max_retries)
-            else:
-                from r2med.retrievers.registry import make_retriever
-
-                self._searcher = make_retriever(search, cache_dir=self.cache_dir, progress=self.progress)
-                self.search_key = search.key()
-        return self._searcher
-
-    def knowledge(self) -> Any:
-        if self._knowledge is False:
-            self._knowledge = None
-            if self.plan.extra.get("knowledge") is not None:
-                from r2med.datasets.local import load_corpus
-
-                self._knowledge = load_corpus(self.plan.extra["knowledge"])
-        return self._knowledge
-
-
-def execute(plan: Plan, *, progress: bool = True, resume: bool = True,
-            on_result: Callable[[str, Any], None] | None = None, client: Any = None) -> dict[str, list[Any]]:
-    """Run the stages of ``plan`` in order; returns ``{system path: [DatasetResult per dataset]}``.
-
-    With ``resume`` a stage whose stored result has the same configuration and data is not recomputed;
-    ``progress`` shows progress bars; ``on_result(system path, result)`` is called after each dataset;
-    ``client``: the chat client an agent stage uses (default: one for its config). The whole pipeline holds the
-    lock of the output directory, so no other r2med process changes a stored result a later stage reads.
-    """
-    from r2med.datasets.loading import loaders_for
-    from r2med.io.dirs import usable_cache_dir
-    from r2med.io.lock import DirectoryLock
-
-    spec = plan.spec
-    if spec is None:
-        raise UsageError("this plan has no pipeline to execute")
-    settings = plan.settings or get_settings()
-    cache_dir = usable_cache_dir(settings.home) if spec.cache else None
-    n_stages = max(len(spec.retrievers), 1) + (spec.fusion is not None) + (spec.reranker is not None)
-    loaders = [load for _, load in loaders_for(list(plan.datasets), settings=settings, keep=n_stages > 1)]
-    ctx = _Context(plan, spec, settings, cache_dir, progress, client,
-                   single=len(spec.retrievers) == 1 and spec.fusion is None and spec.name is not None)
-    with DirectoryLock(spec.output) as lock:
-        return _execute(plan, ctx, loaders, lock, resume=resume, on_result=on_result)
-
-
-def _execute(plan: Plan, ctx: _Context, loaders: list, lock: Any, *, resume: bool,
-             on_result: Callable[[str, Any], None] | None) -> dict[str, list[Any]]:
-    from r2med.stages.runner import run_stage
-
-    spec = ctx.spec
-    results: dict[str, list[Any]] = {}
-
-    def run(stage: Any, planned: PlannedStage) -> SystemPath:
-        if str(stage.where) != planned.where:  # the plan said where its results go: the stage must agree
-            raise AssertionError(f"planned {planned.where!r}, built {stage.where}")
-        report = (lambda result, where=str(stage.where): on_result(where, result)) if on_result else None
-        results[str(stage.where)] = run_stage(stage, loaders, output=spec.output, resume=resume, on_result=report,
-                                              lock=lock)
-        return stage.where
-
-    retrieved: list[tuple[SystemPath, bool]] = []
-    first: Any = None
-    for planned in plan.stages:
-        if planned.role == "first stage":
-            from r2med.stages.rerank import FirstStage
-
-            first = FirstStage.resolve(spec.first_stage, output=spec.output,  # type: ignore[arg-type]
-                                       system=spec.first_stage_system, data_dir=spec.data_dir)
-        elif planned.role in ("retrieve", "agent"):
-            assert planned.build is not None
-            stage = planned.build(ctx)
-            where = run(stage, planned)
-            retrieved.append((where, stage.ignore_identical_ids))
-            del stage  # one retriever (model) in memory at a time
-            first = where
-        elif planned.role == "fuse":
-            from r2med.stages.fuse import Fuse
-
-            assert spec.fusion is not None
-            where = SystemPath.parse(planned.where)
-            first = run(Fuse(where.system, retrieved, method=spec.fusion.method, options=spec.fusion.options,
-                             output=spec.output, top_k=spec.top_k), planned)
-        elif planned.role == "rerank":
-            from r2med.rerankers.registry import make_reranker
-            from r2med.stages.rerank import FirstStage, Rerank
-
-            rerank = spec.reranker
-            assert rerank is not None
-            if not isinstance(first, FirstStage):
-                first = FirstStage.resolve(str(first), output=spec.output)
-            reranker = make_reranker(rerank.name, rerank.options, Runtime(ctx.cache_dir, ctx.progress))
-            run(Rerank(reranker, first, top_k=rerank.top_k, truncate=rerank.truncate,
-                       ignore_identical_ids=rerank.identical_ids == "drop", key=reranker_key(rerank)), planned)
-    return results
 
 
 def plan_expand(config: Any, *, base_url: str, api_key_env: str | None, tasks: Sequence[str] | None = None,

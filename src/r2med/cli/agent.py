@@ -51,7 +51,8 @@ def build_spec(args: argparse.Namespace):
 
 def cmd_agent(args: argparse.Namespace) -> int:
     from r2med.cli.dryrun import command_of, show_plan
-    from r2med.planning import execute, plan
+    from r2med.execution import execute
+    from r2med.planning import plan
     from r2med.settings import get_settings
     from r2med.stages import summarise
     from r2med.store.results import SystemPath

@@ -29,7 +29,8 @@ def flag_sets() -> list:
 def cmd_rerank(args: argparse.Namespace) -> int:
     from r2med.cli.dryrun import command_of, show_plan
     from r2med.config import PipelineSpec, RerankSpec
-    from r2med.planning import execute, plan
+    from r2med.execution import execute
+    from r2med.planning import plan
     from r2med.stages import summarise
     from r2med.store.results import SystemPath
 

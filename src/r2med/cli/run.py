@@ -113,7 +113,8 @@ def _fusion(text: str | None):
 
 def cmd_run(args: argparse.Namespace) -> int:
     from r2med.cli.dryrun import command_of, show_plan
-    from r2med.planning import execute, plan
+    from r2med.execution import execute
+    from r2med.planning import plan
     from r2med.reporting.tables import markdown_table
     from r2med.stages import summarise
     from r2med.store.results import SystemPath
