@@ -220,9 +220,18 @@ def api_base_url(model_id: str, settings: Any = None, *, zoo: bool = True) -> st
     from r2med.retrievers.dense.api_base import OPENAI_BASE_URL, VOYAGE_BASE_URL
     from r2med.settings import get_settings
 
-    if zoo and "voyage" in model_id:
+    if zoo and _is_voyage(model_id):
         return VOYAGE_BASE_URL
     return (settings or get_settings()).openai_base_url or OPENAI_BASE_URL
+
+
+def _is_voyage(model_id: str) -> bool:
+    """Whether a zoo API model is Voyage's (sent to Voyage's API with ``VoyageEmbeddings``), by its id.
+
+    >>> _is_voyage("voyage-3"), _is_voyage("text-embedding-3-large")
+    (True, False)
+    """
+    return "voyage" in model_id
 
 
 def _api_encoder(spec, options: DenseOptions):
@@ -231,7 +240,7 @@ def _api_encoder(spec, options: DenseOptions):
     # as the authors' code sent texts: newlines flattened, JSON-quoted, cut to 6000 / 16000 tokens
     env = {"api_key_env": spec.api_key_env} if spec.api_key_env else {}  # the zoo names the key's variable
     http = {"timeout": options.timeout, "max_retries": options.max_retries, "max_concurrency": options.concurrency}
-    if "voyage" in spec.model:
+    if _is_voyage(spec.model):
         return VoyageEmbeddings(spec.model, preprocess="r2med", max_input_tokens=16000, **env, **http)
     return OpenAIEmbeddings(spec.model, preprocess="r2med", max_input_tokens=6000, **env, **http)
 
