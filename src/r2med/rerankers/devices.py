@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from r2med.batching import TokenBudget
-from r2med.devices import DeviceWorkers, Role, deal
+from r2med.devices import DeviceWorkers, Role, WorkerFailedError, deal
 from r2med.errors import UsageError
 
 logger = logging.getLogger(__name__)
@@ -75,9 +75,9 @@ class MultiDeviceScorer:
             for index, what, payload in self.workers.receive(task, busy):
                 if what == "error":
                     raise self.workers.error(index, payload, shares[index])
-                if len(payload) != len(shares[index]):
-                    raise UsageError(f"{self.name}: the worker on {self.devices[index]} returned {len(payload)} scores "
-                                     f"for {len(shares[index])} pairs")
+                if len(payload) != len(shares[index]):  # a scorer's bug, not the user's: exit 6
+                    raise WorkerFailedError(f"{self.name}: the worker on {self.devices[index]} returned {len(payload)} "
+                                            f"scores for {len(shares[index])} pairs")
                 for position, value in zip(shares[index], payload):
                     out[position] = float(value)
                 self.scored[index] += len(payload)
